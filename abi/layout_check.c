@@ -1,0 +1,2 @@
+#include "fl_abi_layout_check.h"
+int fl_abi_layout_check_c(void) { return FL_ABI_MAJOR; }

@@ -6,12 +6,12 @@
 #include <boost/dll/shared_library.hpp>
 #include <boost/system/system_error.hpp>
 
-#include <dlfcn.h>
 #include <elf.h>
 
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <system_error>
 #include <set>
 #include <utility>
 
@@ -110,6 +110,18 @@ bool valid_op_name(const char* op) {
   return sep != nullptr && sep != op && sep[2] != '\0';
 }
 
+// Boost.DLL's message embeds the dynamic loader's text as "(dlerror system message: TEXT): ";
+// return TEXT, or the whole message when it has no such part.
+std::string dlerror_text(const std::string& boost_message) {
+  const std::string marker = "dlerror system message: ";
+  auto begin = boost_message.find(marker);
+  if (begin == std::string::npos) return boost_message;
+  begin += marker.size();
+  auto end = boost_message.rfind("): ");
+  if (end == std::string::npos || end < begin) return boost_message.substr(begin);
+  return boost_message.substr(begin, end - begin);
+}
+
 }  // namespace
 
 PluginLibrary::PluginLibrary(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -131,10 +143,10 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const std::filesystem::path& 
   auto impl = std::make_unique<Impl>();
   try {
     impl->library.load(path, boost::dll::load_mode::rtld_local | boost::dll::load_mode::rtld_now);
+  } catch (const std::system_error& e) {  // with BOOST_DLL_USE_STD_FS: filesystem_error
+    throw PluginLoadError(path, LoadStep::Open, dlerror_text(e.what()));
   } catch (const boost::system::system_error& e) {
-    // Boost.DLL reports a generic error code; the loader's own text is still in dlerror().
-    const char* text = ::dlerror();
-    throw PluginLoadError(path, LoadStep::Open, text != nullptr ? text : e.what());
+    throw PluginLoadError(path, LoadStep::Open, dlerror_text(e.what()));
   }
   log().debug("plugin {}: opened", path.string());
 

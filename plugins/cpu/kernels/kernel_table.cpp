@@ -1,0 +1,33 @@
+#include "kernel_table.hpp"
+
+#include "scalar_types.hpp"
+
+namespace fl::cpu::kernels {
+
+void KernelRegistry::add(const char* op, uint64_t dtype_mask, uint32_t flags, fl_kernel_fn fn,
+                         void* kernel_data) {
+  fl_kernel_entry entry{};
+  entry.struct_size = sizeof(fl_kernel_entry);
+  entry.op = op;
+  entry.dtype_mask = dtype_mask;
+  entry.flags = flags;
+  entry.fn = fn;
+  entry.kernel_data = kernel_data;
+  entries_.push_back(entry);
+}
+
+const std::vector<fl_kernel_entry>& kernel_table() {
+  static const std::vector<fl_kernel_entry> table = [] {
+    KernelRegistry registry;
+    register_pointwise_kernels(registry);
+    register_pointwise_extra_kernels(registry);
+    register_reduction_kernels(registry);
+    register_gemm_kernels(registry);
+    return std::move(registry.entries());
+  }();
+  return table;
+}
+
+uint64_t storable_dtype_mask() { return kAllMask; }
+
+}  // namespace fl::cpu::kernels

@@ -1,0 +1,43 @@
+// kernel_table.hpp — the CPU plugin's kernel table and the registry each kernel file fills.
+#pragma once
+
+#include <fl_abi.h>
+#include <plugin_support.hpp>
+
+#include <cstdint>
+#include <vector>
+
+namespace fl::cpu::kernels {
+
+class KernelRegistry {
+ public:
+  void add(const char* op, uint64_t dtype_mask, uint32_t flags, fl_kernel_fn fn,
+           void* kernel_data = nullptr);
+  std::vector<fl_kernel_entry>& entries() { return entries_; }
+
+ private:
+  std::vector<fl_kernel_entry> entries_;
+};
+
+// Built once, on first use; lives for the life of the library.
+const std::vector<fl_kernel_entry>& kernel_table();
+
+// Every dtype the device can hold (all non-complex dtypes; memory is untyped bytes).
+uint64_t storable_dtype_mask();
+
+// Wraps a kernel body so no exception crosses the ABI.
+template <void (*Body)(const fl_kernel_call*)>
+fl_status_t guarded(const fl_kernel_call* call) {
+  return plugin::guard([&] { Body(call); });
+}
+
+// Flags of elementwise entries: any strides (0 included) in, in-place safe.
+constexpr uint32_t kPointwiseFlags = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_ALIASING_OK;
+
+// One registration function per kernel file.
+void register_pointwise_kernels(KernelRegistry& registry);
+void register_pointwise_extra_kernels(KernelRegistry& registry);
+void register_reduction_kernels(KernelRegistry& registry);
+void register_gemm_kernels(KernelRegistry& registry);
+
+}  // namespace fl::cpu::kernels

@@ -1,0 +1,347 @@
+// pointwise_functors.hpp — the scalar math of the elementwise kernels. Each functor is built
+// from the plan's params and called with values of the compute type C (float for the 16-bit
+// floats, as ATen's opmath). Formulas follow ATen's CPU kernels.
+#pragma once
+
+#include "elementwise_engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace fl::cpu::kernels::fn {
+
+template <class C> constexpr bool kFloat = std::is_floating_point_v<C>;
+
+template <class C>
+inline bool is_nan(C v) {
+  if constexpr (kFloat<C>) return std::isnan(v);
+  else return false;
+}
+
+#define FL_CPU_UNARY(NAME, EXPR)                          \
+  template <class C>                                      \
+  struct NAME {                                           \
+    explicit NAME(const Param*) {}                        \
+    C operator()(C a) const { return static_cast<C>(EXPR); } \
+  };
+
+FL_CPU_UNARY(Identity, a)
+FL_CPU_UNARY(Sqrt, std::sqrt(a))
+FL_CPU_UNARY(Rsqrt, C(1) / std::sqrt(a))
+FL_CPU_UNARY(Neg, -a)
+FL_CPU_UNARY(Exp, std::exp(a))
+FL_CPU_UNARY(Log, std::log(a))
+FL_CPU_UNARY(Tanh, std::tanh(a))
+FL_CPU_UNARY(Sigmoid, C(1) / (C(1) + std::exp(-a)))
+FL_CPU_UNARY(Reciprocal, C(1) / a)
+FL_CPU_UNARY(Silu, a / (C(1) + std::exp(-a)))
+// relu keeps NaN (ATen's clamp_min(0)).
+FL_CPU_UNARY(Relu, (a > C(0) || is_nan(a)) ? a : C(0))
+#undef FL_CPU_UNARY
+
+template <class C>
+struct Abs {
+  explicit Abs(const Param*) {}
+  C operator()(C a) const {
+    if constexpr (std::is_same_v<C, bool> || std::is_unsigned_v<C>) return a;
+    else if constexpr (kFloat<C>) return std::fabs(a);
+    else return static_cast<C>(a < 0 ? -a : a);
+  }
+};
+
+template <class C>
+struct PowScalar {
+  C e;
+  explicit PowScalar(const Param* p) : e(param_as<C>(p[0])) {}
+  C operator()(C a) const {
+    if (e == C(2)) return a * a;
+    if (e == C(0.5)) return std::sqrt(a);
+    if (e == C(1)) return a;
+    if (e == C(-1)) return C(1) / a;
+    return std::pow(a, e);
+  }
+};
+
+// params[0]: 0 = exact erf form, 1 = tanh approximation.
+template <class C>
+struct Gelu {
+  bool tanh_form;
+  explicit Gelu(const Param* p) : tanh_form(p[0].i != 0) {}
+  C operator()(C x) const {
+    if (tanh_form) {
+      const C k_beta = C(M_SQRT2 * M_2_SQRTPI * 0.5);
+      const C k_kappa = C(0.044715);
+      C inner = k_beta * (x + k_kappa * x * x * x);
+      return C(0.5) * x * (C(1) + std::tanh(inner));
+    }
+    return x * C(0.5) * (C(1) + std::erf(x * C(M_SQRT1_2)));
+  }
+};
+
+// ---- binary ----------------------------------------------------------------------------
+
+template <class C>
+struct Add {
+  C alpha;
+  explicit Add(const Param* p) : alpha(param_as<C>(p[0])) {}
+  C operator()(C a, C b) const {
+    if constexpr (std::is_same_v<C, bool>) return a || (alpha && b);
+    else return static_cast<C>(a + alpha * b);
+  }
+};
+
+template <class C>
+struct Sub {
+  C alpha;
+  explicit Sub(const Param* p) : alpha(param_as<C>(p[0])) {}
+  C operator()(C a, C b) const { return static_cast<C>(a - alpha * b); }
+};
+
+template <class C>
+struct Mul {
+  explicit Mul(const Param*) {}
+  C operator()(C a, C b) const {
+    if constexpr (std::is_same_v<C, bool>) return a && b;
+    else return static_cast<C>(a * b);
+  }
+};
+
+template <class C>
+struct Div {
+  explicit Div(const Param*) {}
+  C operator()(C a, C b) const { return a / b; }
+};
+
+template <class C>
+inline void check_integer_divisor(C b) {
+  if constexpr (!kFloat<C>)
+    if (b == C(0)) throw std::runtime_error("ZeroDivisionError: integer division by zero");
+}
+
+template <class C>
+struct DivTrunc {
+  explicit DivTrunc(const Param*) {}
+  C operator()(C a, C b) const {
+    if constexpr (kFloat<C>) {
+      return std::trunc(a / b);
+    } else {
+      check_integer_divisor(b);
+      return static_cast<C>(a / b);
+    }
+  }
+};
+
+template <class C>
+struct DivFloor {
+  explicit DivFloor(const Param*) {}
+  C operator()(C a, C b) const {
+    if constexpr (kFloat<C>) {  // ATen's div_floor_floating
+      if (b == C(0)) return a / b;
+      C mod = std::fmod(a, b);
+      C div = (a - mod) / b;
+      if (mod != C(0) && (b < C(0)) != (mod < C(0))) div -= C(1);
+      if (div != C(0)) {
+        C floordiv = std::floor(div);
+        if (div - floordiv > C(0.5)) floordiv += C(1);
+        return floordiv;
+      }
+      return std::copysign(C(0), a / b);
+    } else {
+      check_integer_divisor(b);
+      C q = static_cast<C>(a / b);
+      if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+      return q;
+    }
+  }
+};
+
+template <class C>
+struct Maximum {
+  explicit Maximum(const Param*) {}
+  C operator()(C a, C b) const {
+    if (is_nan(a)) return a;
+    if (is_nan(b)) return b;
+    return a > b ? a : b;
+  }
+};
+
+template <class C>
+struct Minimum {
+  explicit Minimum(const Param*) {}
+  C operator()(C a, C b) const {
+    if (is_nan(a)) return a;
+    if (is_nan(b)) return b;
+    return a < b ? a : b;
+  }
+};
+
+template <class C>
+struct PowTensor {
+  explicit PowTensor(const Param*) {}
+  C operator()(C a, C b) const { return std::pow(a, b); }
+};
+
+#define FL_CPU_COMPARE(NAME, OP)                       \
+  template <class C>                                   \
+  struct NAME {                                        \
+    explicit NAME(const Param*) {}                     \
+    bool operator()(C a, C b) const { return a OP b; } \
+  };
+FL_CPU_COMPARE(Eq, ==)
+FL_CPU_COMPARE(Ne, !=)
+FL_CPU_COMPARE(Lt, <)
+FL_CPU_COMPARE(Le, <=)
+FL_CPU_COMPARE(Gt, >)
+FL_CPU_COMPARE(Ge, >=)
+#undef FL_CPU_COMPARE
+
+// ---- backward ops: (grad, saved) -------------------------------------------------------
+
+template <class C>
+struct ThresholdBackward {
+  C threshold;
+  explicit ThresholdBackward(const Param* p) : threshold(param_as<C>(p[0])) {}
+  C operator()(C grad, C x) const { return x <= threshold ? C(0) : grad; }
+};
+
+template <class C>
+struct TanhBackward {
+  explicit TanhBackward(const Param*) {}
+  C operator()(C grad, C y) const { return grad * (C(1) - y * y); }
+};
+
+template <class C>
+struct SigmoidBackward {
+  explicit SigmoidBackward(const Param*) {}
+  C operator()(C grad, C y) const { return grad * (C(1) - y) * y; }
+};
+
+template <class C>
+struct SiluBackward {
+  explicit SiluBackward(const Param*) {}
+  C operator()(C grad, C x) const {
+    C s = C(1) / (C(1) + std::exp(-x));
+    return grad * s * (C(1) + x * (C(1) - s));
+  }
+};
+
+template <class C>
+struct GeluBackward {
+  bool tanh_form;
+  explicit GeluBackward(const Param* p) : tanh_form(p[0].i != 0) {}
+  C operator()(C dy, C x) const {
+    if (tanh_form) {
+      const C k_beta = C(M_SQRT2 * M_2_SQRTPI * 0.5);
+      const C k_kappa = C(0.044715);
+      C x_sq = x * x;
+      C x_cube = x_sq * x;
+      C inner = k_beta * (x + k_kappa * x_cube);
+      C tanh_inner = std::tanh(inner);
+      C left = C(0.5) * x;
+      C right = C(1) + tanh_inner;
+      C left_derivative = C(0.5) * right;
+      C right_derivative = left * (C(1) - tanh_inner * tanh_inner) * k_beta * (C(1) + C(3) * k_kappa * x_sq);
+      return dy * (left_derivative + right_derivative);
+    }
+    const C k_alpha = C(M_SQRT1_2);
+    const C k_beta = C(M_2_SQRTPI * M_SQRT1_2 * 0.5);
+    C cdf = C(0.5) * (C(1) + std::erf(x * k_alpha));
+    C pdf = k_beta * std::exp(x * x * C(-0.5));
+    return dy * (cdf + x * pdf);
+  }
+};
+
+// ---- ternary and masked ----------------------------------------------------------------
+
+template <class C>
+inline C lerp(C self, C end, C weight) {
+  return std::abs(weight) < C(0.5) ? self + weight * (end - self)
+                                   : end - (end - self) * (C(1) - weight);
+}
+
+template <class C>
+struct LerpScalar {
+  C weight;
+  explicit LerpScalar(const Param* p) : weight(param_as<C>(p[0])) {}
+  C operator()(C a, C b) const { return lerp(a, b, weight); }
+};
+
+template <class C>
+struct LerpTensor {
+  explicit LerpTensor(const Param*) {}
+  C operator()(C a, C b, C w) const { return lerp(a, b, w); }
+};
+
+template <class C>
+struct Addcmul {
+  C value;
+  explicit Addcmul(const Param* p) : value(param_as<C>(p[0])) {}
+  C operator()(C self, C t1, C t2) const { return static_cast<C>(self + value * t1 * t2); }
+};
+
+template <class C>
+struct Addcdiv {
+  C value;
+  explicit Addcdiv(const Param* p) : value(param_as<C>(p[0])) {}
+  C operator()(C self, C t1, C t2) const { return self + value * (t1 / t2); }
+};
+
+// (condition converted to C, self, other)
+template <class C>
+struct Where {
+  explicit Where(const Param*) {}
+  C operator()(C cond, C a, C b) const { return cond != C(0) ? a : b; }
+};
+
+// params: [0] min, [1] max, [2].i bit 0 = has min, bit 1 = has max.
+template <class C>
+struct Clamp {
+  C lo, hi;
+  bool has_lo, has_hi;
+  explicit Clamp(const Param* p)
+      : lo(param_as<C>(p[0])), hi(param_as<C>(p[1])), has_lo(p[2].i & 1), has_hi(p[2].i & 2) {}
+  C operator()(C x) const {
+    if (is_nan(x)) return x;
+    if (has_lo && x < lo) x = lo;
+    if (has_hi && x > hi) x = hi;
+    return x;
+  }
+};
+
+// Clamp with tensor bounds: (x, lo, hi); an absent bound arrives as x itself.
+template <class C>
+struct ClampTensor {
+  explicit ClampTensor(const Param*) {}
+  C operator()(C x, C lo, C hi) const {
+    if (is_nan(x)) return x;
+    if (is_nan(lo)) return lo;
+    if (is_nan(hi)) return hi;
+    C r = x < lo ? lo : x;
+    return r > hi ? hi : r;
+  }
+};
+
+// (self, mask converted to C) -> mask ? value : self
+template <class C>
+struct MaskedFillScalar {
+  C value;
+  explicit MaskedFillScalar(const Param* p) : value(param_as<C>(p[0])) {}
+  C operator()(C a, C mask) const { return mask != C(0) ? value : a; }
+};
+
+template <class C>
+struct MaskedFillTensor {
+  explicit MaskedFillTensor(const Param*) {}
+  C operator()(C a, C mask, C value) const { return mask != C(0) ? value : a; }
+};
+
+// dropout backward: grad * mask * scale
+template <class C>
+struct ScaledMask {
+  C scale;
+  explicit ScaledMask(const Param* p) : scale(param_as<C>(p[0])) {}
+  C operator()(C grad, C mask) const { return grad * mask * scale; }
+};
+
+}  // namespace fl::cpu::kernels::fn

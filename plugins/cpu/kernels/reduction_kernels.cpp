@@ -1,0 +1,344 @@
+// reduction_kernels.cpp — sum, mean, amax, amin, argmax, argmin, max.dim, min.dim.
+// Any input strides. Accumulation is in double (floating outputs) or int64 (integral), row by
+// row over the input's innermost dimension; results are converted to the output dtype.
+// sum/mean of float32 therefore round once at the end (more exact than ATen's cascade sum,
+// so results can differ from ATen in the last bits).
+#include "elementwise_engine.hpp"
+#include "kernel_table.hpp"
+#include "pointwise_common.hpp"
+
+#include <limits>
+#include <optional>
+#include <vector>
+
+namespace fl::cpu::kernels {
+namespace {
+
+using plugin::Args;
+
+struct ReducePlan {
+  TensorDesc in;
+  int64_t out_numel = 1;
+  int64_t reduce_numel = 1;
+  int64_t out_stride[kMaxDims] = {};     // per input dim, in output elements; 0 when reduced
+  int64_t reduce_stride[kMaxDims] = {};  // per input dim, row-major index within the reduced set
+};
+
+// `dims` empty or absent with `all_if_empty`: reduce everything.
+ReducePlan plan_reduce(const char* op, const TensorDesc& in, std::vector<int64_t> dims) {
+  ReducePlan p;
+  p.in = in;
+  bool reduced[kMaxDims] = {};
+  if (dims.empty()) {
+    for (int d = 0; d < in.ndim; ++d) reduced[d] = true;
+  } else {
+    for (int64_t d : dims) {
+      int64_t w = wrap_dim(d, in.ndim, op);
+      if (in.ndim == 0) continue;
+      if (reduced[w]) invalid(op, "dim " + std::to_string(d) + " appears twice");
+      reduced[w] = true;
+    }
+  }
+  int64_t os = 1, rs = 1;
+  for (int d = in.ndim - 1; d >= 0; --d) {
+    if (reduced[d]) {
+      p.reduce_stride[d] = rs;
+      rs *= in.shape[d];
+    } else {
+      p.out_stride[d] = os;
+      os *= in.shape[d];
+    }
+  }
+  p.out_numel = os;
+  p.reduce_numel = rs;
+  return p;
+}
+
+// Calls row(ptr, stride, n, out_index, out_step, reduce_index, reduce_step) for every
+// innermost row of the input, in row-major order.
+template <class T, class Row>
+void for_each_row(const ReducePlan& p, Row&& row) {
+  const TensorDesc& t = p.in;
+  if (t.numel() == 0) return;
+  if (t.ndim == 0) {
+    row(t.ptr<const T>(), int64_t{1}, int64_t{1}, int64_t{0}, int64_t{0}, int64_t{0}, int64_t{0});
+    return;
+  }
+  const int last = t.ndim - 1;
+  int64_t index[kMaxDims] = {};
+  for (;;) {
+    int64_t offset = 0, out_index = 0, reduce_index = 0;
+    for (int d = 0; d < last; ++d) {
+      offset += index[d] * t.strides[d];
+      out_index += index[d] * p.out_stride[d];
+      reduce_index += index[d] * p.reduce_stride[d];
+    }
+    row(t.ptr<const T>() + offset, t.strides[last], t.shape[last], out_index, p.out_stride[last],
+        reduce_index, p.reduce_stride[last]);
+    int d = last - 1;
+    for (; d >= 0; --d) {
+      if (++index[d] < t.shape[d]) break;
+      index[d] = 0;
+    }
+    if (d < 0) return;
+  }
+}
+
+enum class Kind { kSum, kMean, kMax, kMin };
+
+template <class Acc>
+Acc initial(Kind kind) {
+  if (kind == Kind::kMax) return std::is_same_v<Acc, double> ? -std::numeric_limits<double>::infinity()
+                                                             : static_cast<Acc>(std::numeric_limits<int64_t>::min());
+  if (kind == Kind::kMin) return std::is_same_v<Acc, double> ? std::numeric_limits<double>::infinity()
+                                                             : static_cast<Acc>(std::numeric_limits<int64_t>::max());
+  return Acc(0);
+}
+
+template <class Acc>
+inline Acc combine(Kind kind, Acc a, Acc v) {
+  switch (kind) {
+    case Kind::kMax:
+      if constexpr (std::is_same_v<Acc, double>) if (std::isnan(a) || std::isnan(v)) return std::isnan(a) ? a : v;
+      return v > a ? v : a;
+    case Kind::kMin:
+      if constexpr (std::is_same_v<Acc, double>) if (std::isnan(a) || std::isnan(v)) return std::isnan(a) ? a : v;
+      return v < a ? v : a;
+    default: return a + v;
+  }
+}
+
+// Reduces `in` (type T) into acc (size out_numel).
+template <class T, class Acc>
+void reduce_into(const ReducePlan& p, Kind kind, std::vector<Acc>& acc) {
+  acc.assign(static_cast<size_t>(p.out_numel), initial<Acc>(kind));
+  const bool is_sum = kind == Kind::kSum || kind == Kind::kMean;
+  for_each_row<T>(p, [&](const T* ptr, int64_t stride, int64_t n, int64_t out_index, int64_t out_step,
+                         int64_t, int64_t) {
+    if (out_step == 0) {
+      Acc a = initial<Acc>(kind);
+      if (is_sum && stride == 1) {
+        for (int64_t i = 0; i < n; ++i) a += convert<Acc>(ptr[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i) a = combine(kind, a, convert<Acc>(ptr[i * stride]));
+      }
+      acc[static_cast<size_t>(out_index)] = combine(kind, acc[static_cast<size_t>(out_index)], a);
+    } else {
+      Acc* dst = acc.data() + out_index;
+      if (is_sum && stride == 1 && out_step == 1) {
+        for (int64_t i = 0; i < n; ++i) dst[i] += convert<Acc>(ptr[i]);
+      } else {
+        for (int64_t i = 0; i < n; ++i)
+          dst[i * out_step] = combine(kind, dst[i * out_step], convert<Acc>(ptr[i * stride]));
+      }
+    }
+  });
+}
+
+void check_output_numel(const char* op, const TensorDesc& out, int64_t expected) {
+  if (out.numel() != expected)
+    invalid(op, "output " + shape_string(out) + " has " + std::to_string(out.numel()) +
+                    " elements, expected " + std::to_string(expected));
+  if (!out.contiguous()) unsupported(op, "non-contiguous output");
+}
+
+// sum / mean / amax / amin into `out` (contiguous).
+void launch_reduce(const fl_kernel_call* call, const char* op, const TensorDesc& in,
+                   const TensorDesc& out, std::vector<int64_t> dims, Kind kind) {
+  ReducePlan plan = plan_reduce(op, in, std::move(dims));
+  check_output_numel(op, out, plan.out_numel);
+  if (in.dtype >= FL_DTYPE_COMPLEX64 || out.dtype >= FL_DTYPE_COMPLEX64) unsupported(op, "complex");
+  const bool floating_acc = is_floating(out.dtype);
+  if (kind == Kind::kMean && !floating_acc)
+    unsupported(op, std::string("integral output ") + plugin::dtype_name(out.dtype));
+  if ((kind == Kind::kMax || kind == Kind::kMin) && out.dtype != in.dtype)
+    unsupported(op, "output dtype differs from input");
+  if (out.dtype == FL_DTYPE_BOOL && kind != Kind::kMax && kind != Kind::kMin)
+    unsupported(op, "bool output");
+  if ((kind == Kind::kMax || kind == Kind::kMin) && plan.reduce_numel == 0 && plan.out_numel > 0)
+    invalid(op, "cannot reduce over a zero-size dimension");
+  ConvertFn store = converter(floating_acc ? FL_DTYPE_FLOAT64 : FL_DTYPE_INT64, out.dtype);
+  char* out_data = out.data;
+  if (plan.out_numel == 0) return;
+  // The input's element loader, chosen now so unsupported dtypes fail before enqueuing.
+  using Reducer = void (*)(const ReducePlan&, Kind, char*, ConvertFn, bool);
+  Reducer reducer = dispatch<kAllMask>(in.dtype, op, [&](auto tag) -> Reducer {
+    using T = typename decltype(tag)::type;
+    return [](const ReducePlan& p, Kind k, char* dst, ConvertFn st, bool floating) {
+      if (floating) {
+        std::vector<double> acc;
+        reduce_into<T, double>(p, k, acc);
+        if (k == Kind::kMean)
+          for (double& v : acc) v /= static_cast<double>(p.reduce_numel);
+        st(reinterpret_cast<const char*>(acc.data()), sizeof(double), dst, p.out_numel);
+      } else {
+        std::vector<int64_t> acc;
+        reduce_into<T, int64_t>(p, k, acc);
+        st(reinterpret_cast<const char*>(acc.data()), sizeof(int64_t), dst, p.out_numel);
+      }
+    };
+  });
+  submit(call, [plan, kind, out_data, store, floating_acc, reducer] {
+    reducer(plan, kind, out_data, store, floating_acc);
+  });
+}
+
+std::vector<int64_t> optional_dims(const Args& args, int32_t index) {
+  if (args.is_none(index)) return {};
+  return args.ints(index);
+}
+
+// sum.IntList_out(self, int[1]? dim, bool keepdim, *, ScalarType? dtype)
+void sum_intlist_out(const fl_kernel_call* call) {
+  const char* op = "aten::sum.IntList_out";
+  Args args(call);
+  TensorDesc in = describe(args.tensor(0), op);
+  TensorDesc out = describe(args.output(0), op);
+  launch_reduce(call, op, in, out, optional_dims(args, 1), Kind::kSum);
+}
+
+// sum.out(self, *, ScalarType? dtype)
+void sum_out(const fl_kernel_call* call) {
+  const char* op = "aten::sum.out";
+  Args args(call);
+  launch_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op), {}, Kind::kSum);
+}
+
+// mean.out(self, int[1]? dim, bool keepdim, *, ScalarType? dtype)
+void mean_out(const fl_kernel_call* call) {
+  const char* op = "aten::mean.out";
+  Args args(call);
+  launch_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op),
+                optional_dims(args, 1), Kind::kMean);
+}
+
+void mean_dtype_out(const fl_kernel_call* call) {
+  const char* op = "aten::mean.dtype_out";
+  Args args(call);
+  launch_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op), {}, Kind::kMean);
+}
+
+// amax.out(self, int[1] dim=[], bool keepdim): [] reduces everything.
+void amax_out(const fl_kernel_call* call) {
+  const char* op = "aten::amax.out";
+  Args args(call);
+  launch_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op),
+                optional_dims(args, 1), Kind::kMax);
+}
+
+void amin_out(const fl_kernel_call* call) {
+  const char* op = "aten::amin.out";
+  Args args(call);
+  launch_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op),
+                optional_dims(args, 1), Kind::kMin);
+}
+
+// ---- arg reductions --------------------------------------------------------------------
+
+// Writes the index (within the reduced dims, row-major) of the first max/min per output,
+// NaN counting as the extreme (ATen); optionally the values too.
+template <class T>
+void arg_reduce(const ReducePlan& p, bool is_max, int64_t* indices, char* values) {
+  using C = std::conditional_t<std::is_floating_point_v<opmath_t<T>>, double, int64_t>;
+  std::vector<C> best(static_cast<size_t>(p.out_numel));
+  std::vector<int64_t> best_index(static_cast<size_t>(p.out_numel), -1);
+  for_each_row<T>(p, [&](const T* ptr, int64_t stride, int64_t n, int64_t out_index, int64_t out_step,
+                         int64_t reduce_index, int64_t reduce_step) {
+    for (int64_t i = 0; i < n; ++i) {
+      size_t o = static_cast<size_t>(out_index + i * out_step);
+      C v = convert<C>(ptr[i * stride]);
+      int64_t r = reduce_index + i * reduce_step;
+      int64_t& bi = best_index[o];
+      if (bi < 0) {
+        best[o] = v;
+        bi = r;
+        continue;
+      }
+      C b = best[o];
+      bool take;
+      if constexpr (std::is_same_v<C, double>) {
+        if (std::isnan(b)) take = false;
+        else if (std::isnan(v)) take = true;
+        else take = is_max ? v > b : v < b;
+      } else {
+        take = is_max ? v > b : v < b;
+      }
+      // Rows may visit reduced indices out of order only when the reduced dim is not
+      // innermost; ties keep the smallest index.
+      if (take || (v == b && r < bi)) {
+        best[o] = v;
+        bi = r;
+      }
+    }
+  });
+  std::memcpy(indices, best_index.data(), best_index.size() * sizeof(int64_t));
+  if (values) {
+    T* out = reinterpret_cast<T*>(values);
+    for (size_t o = 0; o < best.size(); ++o) out[o] = convert<T>(best[o]);
+  }
+}
+
+void launch_arg_reduce(const fl_kernel_call* call, const char* op, const TensorDesc& in,
+                       std::vector<int64_t> dims, bool is_max, const TensorDesc& indices,
+                       const TensorDesc* values) {
+  ReducePlan plan = plan_reduce(op, in, std::move(dims));
+  check_output_numel(op, indices, plan.out_numel);
+  if (indices.dtype != FL_DTYPE_INT64) invalid(op, "indices must be int64");
+  if (values) {
+    check_output_numel(op, *values, plan.out_numel);
+    if (values->dtype != in.dtype) unsupported(op, "values dtype differs from input");
+  }
+  if (plan.reduce_numel == 0 && plan.out_numel > 0)
+    invalid(op, "cannot reduce over a zero-size dimension");
+  if (plan.out_numel == 0) return;
+  using Fn = void (*)(const ReducePlan&, bool, int64_t*, char*);
+  Fn fn = dispatch<kAllMask>(in.dtype, op, [](auto tag) -> Fn {
+    return &arg_reduce<typename decltype(tag)::type>;
+  });
+  int64_t* idx = indices.ptr<int64_t>();
+  char* vals = values ? values->data : nullptr;
+  submit(call, [plan, is_max, idx, vals, fn] { fn(plan, is_max, idx, vals); });
+}
+
+// argmax.out(self, int? dim, bool keepdim): dim None = over the flattened input.
+template <bool IsMax>
+void arg_body(const fl_kernel_call* call, const char* op) {
+  Args args(call);
+  TensorDesc in = describe(args.tensor(0), op);
+  TensorDesc out = describe(args.output(0), op);
+  std::vector<int64_t> dims;
+  if (!args.is_none(1)) dims.push_back(args.integer(1));
+  launch_arg_reduce(call, op, in, dims, IsMax, out, nullptr);
+}
+void argmax_out(const fl_kernel_call* call) { arg_body<true>(call, "aten::argmax.out"); }
+void argmin_out(const fl_kernel_call* call) { arg_body<false>(call, "aten::argmin.out"); }
+
+// max.dim_max(self, int dim, bool keepdim, *, max, max_values): outputs (values, indices).
+template <bool IsMax>
+void dim_body(const fl_kernel_call* call, const char* op) {
+  Args args(call);
+  TensorDesc in = describe(args.tensor(0), op);
+  TensorDesc values = describe(args.output(0), op);
+  TensorDesc indices = describe(args.output(1), op);
+  launch_arg_reduce(call, op, in, {args.integer(1)}, IsMax, indices, &values);
+}
+void max_dim_max(const fl_kernel_call* call) { dim_body<true>(call, "aten::max.dim_max"); }
+void min_dim_min(const fl_kernel_call* call) { dim_body<false>(call, "aten::min.dim_min"); }
+
+}  // namespace
+
+void register_reduction_kernels(KernelRegistry& r) {
+  const uint32_t f = FL_KERNEL_STRIDED_INPUTS;
+  r.add("aten::sum.IntList_out", kAllMask, f, guarded<sum_intlist_out>);
+  r.add("aten::sum.out", kAllMask, f, guarded<sum_out>);
+  r.add("aten::mean.out", kAllMask, f, guarded<mean_out>);
+  r.add("aten::mean.dtype_out", kAllMask, f, guarded<mean_dtype_out>);
+  r.add("aten::amax.out", kAllMask, f, guarded<amax_out>);
+  r.add("aten::amin.out", kAllMask, f, guarded<amin_out>);
+  r.add("aten::argmax.out", kAllMask, f, guarded<argmax_out>);
+  r.add("aten::argmin.out", kAllMask, f, guarded<argmin_out>);
+  r.add("aten::max.dim_max", kAllMask, f, guarded<max_dim_max>);
+  r.add("aten::min.dim_min", kAllMask, f, guarded<min_dim_min>);
+}
+
+}  // namespace fl::cpu::kernels

@@ -107,6 +107,7 @@ const fl_kernel_entry kBadKernels[] = {
     {sizeof(fl_kernel_entry), "", FL_DTYPE_BIT(FL_DTYPE_FLOAT32), 0, 0, zoo_kernel_ok, nullptr},
 };
 fl_status_t zoo_kernels_get(const fl_kernel_entry** entries, size_t* count) {
+  if (entries == nullptr || count == nullptr) return fl::plugin::fail(FL_ERR_INVALID_ARGUMENT, "zoo: NULL argument");
   *entries = kBadKernels;
   *count = sizeof(kBadKernels) / sizeof(kBadKernels[0]);
   return FL_OK;
@@ -122,6 +123,7 @@ const fl_kernel_entry kFailingKernels[] = {
     {sizeof(fl_kernel_entry), "aten::mul.out", FL_DTYPE_BIT(FL_DTYPE_FLOAT32), 0, 0, zoo_failing_kernel, nullptr},
 };
 fl_status_t zoo_kernels_get(const fl_kernel_entry** entries, size_t* count) {
+  if (entries == nullptr || count == nullptr) return fl::plugin::fail(FL_ERR_INVALID_ARGUMENT, "zoo: NULL argument");
   *entries = kFailingKernels;
   *count = sizeof(kFailingKernels) / sizeof(kFailingKernels[0]);
   return FL_OK;

@@ -1,0 +1,429 @@
+// case_catalog_nn.cpp — cases for reductions, matrix products, softmax, nll_loss, convolution,
+// max_pool2d and layer_norm (inputs in the ATen 2.13 schema order, outputs as the binding
+// allocates them).
+#include "case_catalog.h"
+
+#include <cmath>
+#include <map>
+
+namespace fl::check {
+
+HostTensor catalog_random(fl_dtype_t dtype, const Shape& shape, double lo, double hi, const std::string& key);
+HostTensor catalog_distinct(fl_dtype_t dtype, const Shape& shape, const std::string& key);
+
+namespace {
+
+constexpr fl_dtype_t kI64 = FL_DTYPE_INT64;
+using A = CaseArg;
+
+HostTensor rnd(fl_dtype_t dtype, const Shape& shape, const std::string& key, double lo = -2, double hi = 2) {
+  return catalog_random(dtype, shape, lo, hi, key);
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim) {
+  Shape out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bool reduced = dims.empty();
+    for (int64_t r : dims) reduced |= (r < 0 ? r + static_cast<int64_t>(shape.size()) : r) == static_cast<int64_t>(d);
+    if (!reduced) out.push_back(shape[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
+
+// Optional transposed copy of a matrix-like input (strided case).
+HostTensor maybe_transposed(HostTensor t, bool transpose) { return transpose ? t.as_transposed_storage() : t; }
+
+// ---- reductions ---------------------------------------------------------------------------
+
+// Ops shaped (self, dim list, keepdim, [dtype]) -> out.
+CatalogEntry dim_reduction(const std::string& op, bool has_dtype_arg, bool int_ok, bool distinct) {
+  CatalogEntry e;
+  e.tolerance_scale = 4;
+  e.build = [=](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    if (!int_ok && !is_floating(dtype)) return cases;
+    auto add = [&](const std::string& label, Shape shape, std::vector<int64_t> dims, bool keepdim, bool transpose) {
+      KernelCase c;
+      c.label = label;
+      HostTensor self = distinct ? catalog_distinct(dtype, shape, op + label) : rnd(dtype, shape, op + label);
+      c.inputs.push_back(A::of(maybe_transposed(std::move(self), transpose)));
+      c.inputs.push_back(A::int_list(dims));
+      c.inputs.push_back(A::boolean(keepdim));
+      if (has_dtype_arg) c.inputs.push_back(A::none());
+      c.outputs.push_back({dtype, reduced_shape(shape, dims, keepdim)});
+      cases.push_back(std::move(c));
+    };
+    add("dim [1] of [4,5,6]", {4, 5, 6}, {1}, false, false);
+    add("dims [0,2] keepdim of [4,5,6]", {4, 5, 6}, {0, 2}, true, false);
+    add("dim [-1] of [3,7]", {3, 7}, {-1}, false, false);
+    if (strided) add("dim [0] of transposed [5,6]", {5, 6}, {0}, false, true);
+    add("dim [1] of zero-size [0,3]", {0, 3}, {1}, false, false);
+    return cases;
+  };
+  return e;
+}
+
+// Ops shaped (self, [dtype]) -> 0-dim out: sum.out.
+CatalogEntry full_reduction(bool int_ok) {
+  CatalogEntry e;
+  e.tolerance_scale = 4;
+  e.build = [=](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    if (!int_ok && !is_floating(dtype)) return cases;
+    for (auto [label, shape] : {std::pair<std::string, Shape>{"all of [4,5,6]", {4, 5, 6}}, {"all of zero-size [0,3]", {0, 3}}}) {
+      KernelCase c;
+      c.label = label;
+      c.inputs = {A::of(rnd(dtype, shape, "sum.out" + label)), A::none()};
+      c.outputs.push_back({dtype, {}});
+      cases.push_back(std::move(c));
+    }
+    if (strided) {
+      KernelCase c;
+      c.label = "all of transposed [5,6]";
+      c.inputs = {A::of(rnd(dtype, {5, 6}, "sum.out.t").as_transposed_storage()), A::none()};
+      c.outputs.push_back({dtype, {}});
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  };
+  return e;
+}
+
+// (self, int? dim, keepdim) -> int64 index; (self, int dim, keepdim) -> values, indices.
+CatalogEntry index_reduction(const std::string& op, bool with_values) {
+  CatalogEntry e;
+  e.build = [=](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    auto add = [&](const std::string& label, Shape shape, int64_t dim, bool keepdim, bool transpose) {
+      KernelCase c;
+      c.label = label;
+      c.inputs = {A::of(maybe_transposed(catalog_distinct(dtype, shape, op + label), transpose)),
+                  A::integer(dim), A::boolean(keepdim)};
+      Shape out = reduced_shape(shape, {dim}, keepdim);
+      if (with_values) c.outputs.push_back({dtype, out});
+      c.outputs.push_back({kI64, out});
+      cases.push_back(std::move(c));
+    };
+    add("dim 1 of [4,5,6]", {4, 5, 6}, 1, false, false);
+    add("dim -1 keepdim of [3,7]", {3, 7}, -1, true, false);
+    if (strided) add("dim 0 of transposed [5,6]", {5, 6}, 0, false, true);
+    return cases;
+  };
+  return e;
+}
+
+// ---- matrix products ------------------------------------------------------------------------
+
+CatalogEntry matmul(const std::string& kind) {
+  CatalogEntry e;
+  e.tolerance_scale = 10;
+  e.build = [=](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    const bool batched = kind == "bmm" || kind == "baddbmm";
+    const bool with_bias = kind == "addmm" || kind == "baddbmm";
+    auto add = [&](const std::string& label, int64_t b, int64_t m, int64_t k, int64_t n, bool transpose, bool broadcast_bias) {
+      KernelCase c;
+      c.label = label;
+      std::string key = kind + label;
+      Shape s1 = batched ? Shape{b, m, k} : Shape{m, k};
+      Shape s2 = batched ? Shape{b, k, n} : Shape{k, n};
+      Shape so = batched ? Shape{b, m, n} : Shape{m, n};
+      if (with_bias) c.inputs.push_back(A::of(rnd(dtype, broadcast_bias ? Shape{n} : so, key + "bias")));
+      c.inputs.push_back(A::of(rnd(dtype, s1, key + "a")));
+      c.inputs.push_back(A::of(maybe_transposed(rnd(dtype, s2, key + "b"), transpose)));
+      if (with_bias) {
+        c.inputs.push_back(A::real(0.5));  // beta
+        c.inputs.push_back(A::real(2.0));  // alpha
+      }
+      c.outputs.push_back({dtype, so});
+      cases.push_back(std::move(c));
+    };
+    add("[7,9]x[9,5]", 3, 7, 9, 5, false, false);
+    if (with_bias) add("[7,9]x[9,5] + bias [5]", 3, 7, 9, 5, false, true);
+    if (strided) add("[7,9]x transposed [9,5]", 3, 7, 9, 5, true, false);
+    add("k = 0", 2, 4, 0, 3, false, false);
+    add("m = 0", 2, 0, 4, 3, false, false);
+    return cases;
+  };
+  return e;
+}
+
+// ---- softmax ------------------------------------------------------------------------------
+
+CatalogEntry softmax(bool backward) {
+  CatalogEntry e;
+  e.tolerance_scale = 4;
+  e.build = [=](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    for (auto [label, shape, dim] : {std::tuple<std::string, Shape, int64_t>{"dim 1 of [4,7]", {4, 7}, 1},
+                                     {"dim 0 of [5,3,2]", {5, 3, 2}, 0},
+                                     {"dim -1 of zero-size [0,4]", {0, 4}, -1}}) {
+      KernelCase c;
+      c.label = label;
+      if (!backward) {
+        c.inputs = {A::of(rnd(dtype, shape, label, -3, 3)), A::integer(dim), A::boolean(false)};
+      } else {
+        // grad_output, output (a valid softmax output is not needed: the formula is checked).
+        c.inputs = {A::of(rnd(dtype, shape, label + "g")), A::of(rnd(dtype, shape, label + "o", 0.05, 0.9)),
+                    A::integer(dim), A::integer(c10_scalar_type(dtype))};
+      }
+      c.outputs.push_back({dtype, shape});
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  };
+  return e;
+}
+
+// ---- nll_loss -----------------------------------------------------------------------------
+
+HostTensor targets(int64_t n, int64_t classes, const std::string& key) {
+  HostTensor t = catalog_random(kI64, {n}, 0, static_cast<double>(classes - 1), key);
+  return t;
+}
+
+CatalogEntry nll_loss(bool backward) {
+  CatalogEntry e;
+  e.tolerance_scale = 4;
+  e.build = [=](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    const int64_t n = 6, classes = 4;
+    for (int64_t reduction : {0, 1, 2}) {
+      for (bool weighted : {false, true}) {
+        KernelCase c;
+        c.label = std::string("reduction ") + std::to_string(reduction) + (weighted ? " weighted" : "") + " ignore_index 2";
+        HostTensor self = rnd(dtype, {n, classes}, c.label + "x", -3, -0.1);
+        HostTensor target = targets(n, classes, c.label + "t");
+        HostTensor weight = rnd(dtype, {classes}, c.label + "w", 0.5, 1.5);
+        double total_weight = 0;
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t t = static_cast<int64_t>(target.get_storage(i));
+          if (t != 2) total_weight += weighted ? weight.get_storage(t) : 1.0;
+        }
+        A weight_arg = weighted ? A::of(weight) : A::none();
+        Shape loss_shape = reduction == 0 ? Shape{n} : Shape{};
+        if (!backward) {
+          c.inputs = {A::of(self), A::of(target), weight_arg, A::integer(reduction), A::integer(2)};
+          c.outputs = {{dtype, loss_shape}, {dtype, {}}};
+        } else {
+          c.inputs = {A::of(rnd(dtype, loss_shape, c.label + "g")), A::of(self), A::of(target), weight_arg,
+                      A::integer(reduction), A::integer(2),
+                      A::of(HostTensor::from_values(dtype, {}, {total_weight}))};
+          c.outputs = {{dtype, {n, classes}}};
+        }
+        cases.push_back(std::move(c));
+      }
+    }
+    return cases;
+  };
+  return e;
+}
+
+// ---- convolution ----------------------------------------------------------------------------
+
+struct ConvShape {
+  std::string label;
+  int64_t n, cin, h, w, cout, k, stride, pad, dilation, groups;
+  bool bias;
+};
+
+const ConvShape kConvShapes[] = {
+    {"3x3 pad 1 with bias", 2, 3, 6, 6, 4, 3, 1, 1, 1, 1, true},
+    {"3x3 stride 2 dilation 2 no bias", 1, 2, 9, 8, 3, 3, 2, 0, 2, 1, false},
+    {"groups 2", 2, 4, 5, 5, 6, 3, 1, 1, 1, 2, true},
+    {"zero-size batch", 0, 3, 6, 6, 4, 3, 1, 1, 1, 1, true},
+};
+
+int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation) {
+  return (in + 2 * pad - dilation * (k - 1) - 1) / stride + 1;
+}
+
+CatalogEntry convolution(bool backward) {
+  CatalogEntry e;
+  e.tolerance_scale = 10;
+  e.build = [=](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    for (const ConvShape& s : kConvShapes) {
+      for (bool all_grads : {true, false}) {
+        if (!backward && !all_grads) continue;
+        KernelCase c;
+        c.label = s.label + (backward && !all_grads ? " grad_input only" : "");
+        Shape in_shape = {s.n, s.cin, s.h, s.w};
+        Shape w_shape = {s.cout, s.cin / s.groups, s.k, s.k};
+        Shape out_shape = {s.n, s.cout, conv_out(s.h, s.k, s.stride, s.pad, s.dilation),
+                           conv_out(s.w, s.k, s.stride, s.pad, s.dilation)};
+        std::vector<A> params = {A::int_list({s.stride, s.stride}), A::int_list({s.pad, s.pad}),
+                                 A::int_list({s.dilation, s.dilation}), A::boolean(false), A::int_list({0, 0}),
+                                 A::integer(s.groups)};
+        if (!backward) {
+          c.inputs = {A::of(rnd(dtype, in_shape, c.label + "x")), A::of(rnd(dtype, w_shape, c.label + "w")),
+                      s.bias ? A::of(rnd(dtype, {s.cout}, c.label + "b")) : A::none()};
+          c.inputs.insert(c.inputs.end(), params.begin(), params.end());
+          c.outputs = {{dtype, out_shape}};
+        } else {
+          c.inputs = {A::of(rnd(dtype, out_shape, c.label + "g")), A::of(rnd(dtype, in_shape, c.label + "x")),
+                      A::of(rnd(dtype, w_shape, c.label + "w"))};
+          c.inputs.insert(c.inputs.end(), params.begin(), params.end());
+          c.inputs.push_back(A::bool_list({1, all_grads ? 1 : 0, all_grads ? 1 : 0}));
+          c.outputs = {{dtype, in_shape}, {dtype, w_shape, all_grads}, {dtype, {s.cout}, all_grads}};
+        }
+        cases.push_back(std::move(c));
+      }
+    }
+    return cases;
+  };
+  return e;
+}
+
+// ---- max_pool2d ---------------------------------------------------------------------------
+
+int64_t pool_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation, bool ceil_mode) {
+  int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+// Flat (h * W + w) argmax of each window, as ATen's indices.
+HostTensor pool_indices(const HostTensor& x, const Shape& out, int64_t k, int64_t stride, int64_t pad) {
+  HostTensor idx = HostTensor::zeros(kI64, out);
+  const int64_t H = x.shape[2], W = x.shape[3];
+  int64_t flat = 0;
+  for (int64_t nc = 0; nc < out[0] * out[1]; ++nc)
+    for (int64_t oh = 0; oh < out[2]; ++oh)
+      for (int64_t ow = 0; ow < out[3]; ++ow, ++flat) {
+        double best = -INFINITY;
+        int64_t best_at = -1;
+        for (int64_t i = 0; i < k; ++i)
+          for (int64_t j = 0; j < k; ++j) {
+            int64_t h = oh * stride - pad + i, w = ow * stride - pad + j;
+            if (h < 0 || w < 0 || h >= H || w >= W) continue;
+            double v = x.get_storage(nc * H * W + h * W + w);
+            if (v > best) best = v, best_at = h * W + w;
+          }
+        idx.set_storage(flat, static_cast<double>(best_at));
+      }
+  return idx;
+}
+
+CatalogEntry max_pool(bool backward) {
+  CatalogEntry e;
+  e.build = [=](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    for (auto [label, shape, k, stride, pad, ceil_mode] :
+         {std::tuple<std::string, Shape, int64_t, int64_t, int64_t, bool>{"3x3 stride 2 pad 1", {2, 3, 7, 7}, 3, 2, 1, false},
+          {"2x2 stride 2 ceil_mode", {1, 2, 5, 5}, 2, 2, 0, true},
+          {"zero-size batch", {0, 2, 4, 4}, 2, 2, 0, false}}) {
+      KernelCase c;
+      c.label = label;
+      HostTensor x = catalog_distinct(dtype, shape, "pool" + label);
+      Shape out = {shape[0], shape[1], pool_out(shape[2], k, stride, pad, 1, ceil_mode), pool_out(shape[3], k, stride, pad, 1, ceil_mode)};
+      std::vector<A> params = {A::int_list({k, k}), A::int_list({stride, stride}), A::int_list({pad, pad}),
+                               A::int_list({1, 1}), A::boolean(ceil_mode)};
+      if (!backward) {
+        c.inputs = {A::of(x)};
+        c.inputs.insert(c.inputs.end(), params.begin(), params.end());
+        c.outputs = {{dtype, out}, {kI64, out}};
+      } else {
+        c.inputs = {A::of(rnd(dtype, out, label + "g")), A::of(x)};
+        c.inputs.insert(c.inputs.end(), params.begin(), params.end());
+        c.inputs.push_back(A::of(pool_indices(x, out, k, stride, pad)));
+        c.outputs = {{dtype, shape}};
+      }
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  };
+  return e;
+}
+
+// ---- layer_norm ---------------------------------------------------------------------------
+
+CatalogEntry layer_norm(bool backward) {
+  CatalogEntry e;
+  e.tolerance_scale = 10;
+  e.build = [=](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    for (auto [label, shape, normalized, affine] :
+         {std::tuple<std::string, Shape, Shape, bool>{"[3,4,5] over [5] affine", {3, 4, 5}, {5}, true},
+          {"[3,4,5] over [4,5] no affine", {3, 4, 5}, {4, 5}, false},
+          {"zero-size [0,6] over [6] affine", {0, 6}, {6}, true}}) {
+      KernelCase c;
+      c.label = label;
+      HostTensor x = rnd(dtype, shape, label + "x");
+      Shape stat_shape = shape;
+      for (size_t d = shape.size() - normalized.size(); d < shape.size(); ++d) stat_shape[d] = 1;
+      A weight = affine ? A::of(rnd(dtype, normalized, label + "w", 0.5, 1.5)) : A::none();
+      A bias = affine ? A::of(rnd(dtype, normalized, label + "b")) : A::none();
+      const double eps = 1e-5;
+      if (!backward) {
+        c.inputs = {A::of(x), A::int_list(normalized), weight, bias, A::real(eps)};
+        c.outputs = {{dtype, shape}, {dtype, stat_shape}, {dtype, stat_shape}};
+      } else {
+        // mean and rstd as the forward computes them.
+        const int64_t inner = shape_numel(normalized), rows = shape_numel(stat_shape);
+        std::vector<double> mean(static_cast<size_t>(rows)), rstd(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+          double s = 0, s2 = 0;
+          for (int64_t i = 0; i < inner; ++i) s += x.get_storage(r * inner + i);
+          double m = s / static_cast<double>(inner);
+          for (int64_t i = 0; i < inner; ++i) s2 += std::pow(x.get_storage(r * inner + i) - m, 2);
+          mean[static_cast<size_t>(r)] = m;
+          rstd[static_cast<size_t>(r)] = 1.0 / std::sqrt(s2 / static_cast<double>(inner) + eps);
+        }
+        c.inputs = {A::of(rnd(dtype, shape, label + "g")), A::of(x), A::int_list(normalized),
+                    A::of(HostTensor::from_values(dtype, stat_shape, mean)),
+                    A::of(HostTensor::from_values(dtype, stat_shape, rstd)), weight, bias,
+                    A::bool_list({1, affine ? 1 : 0, affine ? 1 : 0})};
+        c.outputs = {{dtype, shape}, {dtype, normalized, affine}, {dtype, normalized, affine}};
+      }
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  };
+  return e;
+}
+
+}  // namespace
+
+void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& table) {
+  table["aten::sum.IntList_out"] = dim_reduction("sum", true, true, false);
+  table["aten::sum.out"] = full_reduction(true);
+  table["aten::mean.out"] = dim_reduction("mean", true, false, false);
+  table["aten::amax.out"] = dim_reduction("amax", false, true, true);
+  table["aten::argmax.out"] = index_reduction("argmax", false);
+  table["aten::argmin.out"] = index_reduction("argmin", false);
+  table["aten::max.dim_max"] = index_reduction("max.dim", true);
+  table["aten::min.dim_min"] = index_reduction("min.dim", true);
+  table["aten::mm.out"] = matmul("mm");
+  table["aten::addmm.out"] = matmul("addmm");
+  table["aten::bmm.out"] = matmul("bmm");
+  table["aten::baddbmm.out"] = matmul("baddbmm");
+}
+
+void add_nn_ops(std::map<std::string, CatalogEntry>& table) {
+  table["aten::_softmax.out"] = softmax(false);
+  table["aten::_log_softmax.out"] = softmax(false);
+  table["aten::_softmax_backward_data.out"] = softmax(true);
+  table["aten::_log_softmax_backward_data.out"] = softmax(true);
+  table["aten::nll_loss_forward.output"] = nll_loss(false);
+  table["aten::nll_loss_backward.grad_input"] = nll_loss(true);
+  // Operators with no out= overload in the binding's sense are named bare; accept both.
+  for (const char* suffix : {"", ".out"}) {
+    table[std::string("aten::convolution_overrideable") + suffix] = convolution(false);
+    table[std::string("aten::convolution_backward_overrideable") + suffix] = convolution(true);
+    table[std::string("aten::native_layer_norm") + suffix] = layer_norm(false);
+    table[std::string("aten::native_layer_norm_backward") + suffix] = layer_norm(true);
+  }
+  table["aten::max_pool2d_with_indices.out"] = max_pool(false);
+  table["aten::max_pool2d_with_indices_backward.grad_input"] = max_pool(true);
+}
+
+}  // namespace fl::check

@@ -1,0 +1,31 @@
+// case_runner.h — runs one KernelCase through a plugin's kernel on a device: uploads the
+// inputs, calls the kernel on the default stream, synchronizes and downloads the outputs.
+#pragma once
+
+#include "case_catalog.h"
+#include "plugin_library.h"
+
+#include <string>
+#include <vector>
+
+namespace fl::check {
+
+struct CaseRun {
+  fl_status_t status = FL_OK;
+  std::string error;                // "<STATUS>: <last_error>" when status != FL_OK
+  std::vector<HostTensor> outputs;  // one per output spec (empty tensors for not-requested)
+};
+
+// Inputs are made contiguous when the entry lacks FL_KERNEL_STRIDED_INPUTS. A C++ exception
+// escaping the kernel is reported as FL_ERR_INTERNAL with its text.
+CaseRun run_case(const PluginLibrary& plugin, const fl_kernel_entry& entry, const KernelCase& c, int32_t device);
+
+// nullopt when equal within tolerance, else a message naming the first bad element.
+std::optional<std::string> compare_outputs(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
+                                           const std::vector<OutputSpec>& specs, double tolerance_scale);
+
+// (rtol, atol) of a dtype before scaling: float32 1e-5, float64 1e-9, bfloat16 1e-2,
+// float16 1e-3; integers and bool exact.
+std::pair<double, double> base_tolerance(fl_dtype_t dtype);
+
+}  // namespace fl::check

@@ -1,0 +1,102 @@
+// kernel_checks.cpp — comparing each kernel with the reference plugin or the naive loops.
+#include "kernel_checks.h"
+
+#include "case_runner.h"
+#include "naive_reference.h"
+
+#include <cstring>
+
+namespace fl::check {
+namespace {
+
+constexpr fl_dtype_t kCheckedDtypes[] = {FL_DTYPE_FLOAT32, FL_DTYPE_FLOAT64, FL_DTYPE_BFLOAT16, FL_DTYPE_FLOAT16,
+                                         FL_DTYPE_INT64};
+
+const fl_kernel_entry* find_entry(const PluginLibrary& plugin, const std::string& op) {
+  for (const fl_kernel_entry& e : plugin.kernels())
+    if (op == e.op) return &e;
+  return nullptr;
+}
+
+Status check_kernel(const PluginLibrary& plugin, const fl_kernel_entry& entry, const PluginLibrary* reference,
+                    std::string& message) {
+  const std::string op = entry.op;
+  const CatalogEntry* catalog = find_catalog_entry(op);
+  if (catalog == nullptr) {
+    message = "no case";
+    return Status::Skip;
+  }
+  const bool is_reference = reference != nullptr && reference->name() == plugin.name();
+  const fl_kernel_entry* reference_entry =
+      reference != nullptr && !is_reference ? find_entry(*reference, op) : nullptr;
+  std::string against = reference_entry != nullptr ? "reference " + reference->name() : "naive reference";
+  int compared = 0, unsupported = 0, reference_declined = 0;
+  std::string dtypes_seen;
+  std::string first_unsupported;
+  for (fl_dtype_t dtype : kCheckedDtypes) {
+    if ((entry.dtype_mask & FL_DTYPE_BIT(dtype)) == 0) continue;
+    const auto cases = catalog->build(dtype, (entry.flags & FL_KERNEL_STRIDED_INPUTS) != 0);
+    if (cases.empty()) continue;
+    dtypes_seen += (dtypes_seen.empty() ? "" : ",") + std::string(dtype_label(dtype));
+    for (const KernelCase& c : cases) {
+      const std::string where = std::string(dtype_label(dtype)) + " " + c.label;
+      std::vector<HostTensor> expected;
+      if (reference_entry != nullptr) {
+        CaseRun ref = run_case(*reference, *reference_entry, c, 0);
+        if (ref.status != FL_OK) {
+          ++reference_declined;
+          continue;
+        }
+        expected = std::move(ref.outputs);
+      } else {
+        auto naive = naive_run(op, c);
+        if (!naive) {
+          message = is_reference ? "is the reference (no naive implementation)"
+                                 : (reference == nullptr ? "no reference plugin (and no naive implementation)"
+                                                         : "reference " + reference->name() + " has no kernel (and no naive implementation)");
+          return Status::Skip;
+        }
+        expected = std::move(*naive);
+      }
+      CaseRun run = run_case(plugin, entry, c, 0);
+      if (run.status == FL_ERR_NOT_SUPPORTED) {
+        ++unsupported;
+        if (first_unsupported.empty()) first_unsupported = where;
+        continue;
+      }
+      if (run.status != FL_OK) {
+        message = where + ": " + run.error;
+        return Status::Fail;
+      }
+      if (auto mismatch = compare_outputs(run.outputs, expected, c.outputs, catalog->tolerance_scale)) {
+        message = where + " vs " + against + ": " + *mismatch;
+        return Status::Fail;
+      }
+      ++compared;
+    }
+  }
+  if (dtypes_seen.empty()) {
+    message = "no case for the dtypes in its mask";
+    return Status::Skip;
+  }
+  std::string notes;
+  if (unsupported > 0) notes += ", " + std::to_string(unsupported) + " FL_ERR_NOT_SUPPORTED (first: " + first_unsupported + ")";
+  if (reference_declined > 0) notes += ", " + std::to_string(reference_declined) + " declined by the reference";
+  if (compared == 0) {
+    message = "no case ran to comparison (" + dtypes_seen + notes + ")";
+    return Status::Skip;
+  }
+  message = std::to_string(compared) + " cases match the " + against + " (" + dtypes_seen + notes + ")";
+  return Status::Pass;
+}
+
+}  // namespace
+
+void run_kernel_checks(const PluginLibrary& plugin, const PluginLibrary* reference, Report& report) {
+  for (const fl_kernel_entry& entry : plugin.kernels()) {
+    report.run(std::string("kernel ") + entry.op,
+               [&](std::string& message) { return check_kernel(plugin, entry, reference, message); });
+  }
+}
+
+}  // namespace fl::check

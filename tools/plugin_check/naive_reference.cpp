@@ -1,0 +1,139 @@
+// naive_reference.cpp — double-precision loops for the ops fl-plugin-check can check without
+// a reference plugin.
+#include "naive_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+
+namespace fl::check {
+namespace {
+
+using Fn = std::function<double(const std::vector<double>& t, const std::vector<double>& s)>;
+
+double number(const CaseArg& a) {
+  switch (a.kind) {
+    case CaseArg::Kind::Int: return static_cast<double>(a.i);
+    case CaseArg::Kind::Double: return a.d;
+    case CaseArg::Kind::Bool: return a.b ? 1 : 0;
+    default: return 0;
+  }
+}
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+
+const std::map<std::string, Fn>& elementwise_table() {
+  static const std::map<std::string, Fn> table = {
+      {"aten::abs.out", [](auto& t, auto&) { return std::fabs(t[0]); }},
+      {"aten::neg.out", [](auto& t, auto&) { return -t[0]; }},
+      {"aten::exp.out", [](auto& t, auto&) { return std::exp(t[0]); }},
+      {"aten::log.out", [](auto& t, auto&) { return std::log(t[0]); }},
+      {"aten::sqrt.out", [](auto& t, auto&) { return std::sqrt(t[0]); }},
+      {"aten::rsqrt.out", [](auto& t, auto&) { return 1 / std::sqrt(t[0]); }},
+      {"aten::relu.out", [](auto& t, auto&) { return t[0] > 0 ? t[0] : 0.0; }},
+      {"aten::sigmoid.out", [](auto& t, auto&) { return sigmoid(t[0]); }},
+      {"aten::tanh.out", [](auto& t, auto&) { return std::tanh(t[0]); }},
+      {"aten::silu.out", [](auto& t, auto&) { return t[0] * sigmoid(t[0]); }},
+      {"aten::sign.out", [](auto& t, auto&) { return static_cast<double>((t[0] > 0) - (t[0] < 0)); }},
+      {"aten::reciprocal.out", [](auto& t, auto&) { return 1 / t[0]; }},
+      {"aten::zero.out", [](auto&, auto&) { return 0.0; }},
+      {"aten::add.out", [](auto& t, auto& s) { return t[0] + s[0] * t[1]; }},
+      {"aten::sub.out", [](auto& t, auto& s) { return t[0] - s[0] * t[1]; }},
+      {"aten::mul.out", [](auto& t, auto&) { return t[0] * t[1]; }},
+      {"aten::div.out", [](auto& t, auto&) { return t[0] / t[1]; }},
+      {"aten::maximum.out", [](auto& t, auto&) { return std::max(t[0], t[1]); }},
+      {"aten::minimum.out", [](auto& t, auto&) { return std::min(t[0], t[1]); }},
+      {"aten::max.out", [](auto& t, auto&) { return std::max(t[0], t[1]); }},
+      {"aten::min.out", [](auto& t, auto&) { return std::min(t[0], t[1]); }},
+      {"aten::eq.Tensor_out", [](auto& t, auto&) { return double(t[0] == t[1]); }},
+      {"aten::ne.Tensor_out", [](auto& t, auto&) { return double(t[0] != t[1]); }},
+      {"aten::lt.Tensor_out", [](auto& t, auto&) { return double(t[0] < t[1]); }},
+      {"aten::le.Tensor_out", [](auto& t, auto&) { return double(t[0] <= t[1]); }},
+      {"aten::gt.Tensor_out", [](auto& t, auto&) { return double(t[0] > t[1]); }},
+      {"aten::ge.Tensor_out", [](auto& t, auto&) { return double(t[0] >= t[1]); }},
+      {"aten::eq.Scalar_out", [](auto& t, auto& s) { return double(t[0] == s[0]); }},
+      {"aten::ne.Scalar_out", [](auto& t, auto& s) { return double(t[0] != s[0]); }},
+      {"aten::lt.Scalar_out", [](auto& t, auto& s) { return double(t[0] < s[0]); }},
+      {"aten::le.Scalar_out", [](auto& t, auto& s) { return double(t[0] <= s[0]); }},
+      {"aten::gt.Scalar_out", [](auto& t, auto& s) { return double(t[0] > s[0]); }},
+      {"aten::ge.Scalar_out", [](auto& t, auto& s) { return double(t[0] >= s[0]); }},
+      {"aten::addcmul.out", [](auto& t, auto& s) { return t[0] + s[0] * t[1] * t[2]; }},
+      {"aten::addcdiv.out", [](auto& t, auto& s) { return t[0] + s[0] * t[1] / t[2]; }},
+      {"aten::where.self_out", [](auto& t, auto&) { return t[0] != 0 ? t[1] : t[2]; }},
+      {"aten::clamp.out", [](auto& t, auto& s) { return std::min(std::max(t[0], s[0]), s[1]); }},
+      {"aten::fill.Scalar_out", [](auto&, auto& s) { return s[0]; }},
+      {"aten::masked_fill.Scalar_out", [](auto& t, auto& s) { return t[1] != 0 ? s[0] : t[0]; }},
+  };
+  return table;
+}
+
+std::vector<HostTensor> run_elementwise(const Fn& fn, const KernelCase& c) {
+  const OutputSpec& spec = c.outputs.at(0);
+  std::vector<const HostTensor*> tensors;
+  std::vector<double> scalars;
+  for (const CaseArg& a : c.inputs) {
+    if (a.kind == CaseArg::Kind::Tensor) tensors.push_back(&a.tensor);
+    else scalars.push_back(number(a));
+  }
+  std::vector<double> out;
+  Shape index(spec.shape.size(), 0);
+  std::vector<double> values(tensors.size());
+  if (shape_numel(spec.shape) > 0) do {
+      for (size_t k = 0; k < tensors.size(); ++k)
+        values[k] = tensors[k]->host_scalar ? tensors[k]->get_storage(0) : tensors[k]->broadcast_at(spec.shape, index);
+      out.push_back(fn(values, scalars));
+    } while (next_index(index, spec.shape));
+  return {HostTensor::from_values(spec.dtype, spec.shape, out)};
+}
+
+std::vector<HostTensor> run_sum(const KernelCase& c) {
+  const HostTensor& x = c.inputs[0].tensor;
+  const OutputSpec& spec = c.outputs.at(0);
+  std::vector<int64_t> dims;
+  if (c.inputs[1].kind == CaseArg::Kind::IntList) dims = c.inputs[1].ints;
+  for (int64_t& d : dims) if (d < 0) d += static_cast<int64_t>(x.shape.size());
+  // Accumulate each input element into its output slot.
+  HostTensor acc = HostTensor::zeros(FL_DTYPE_FLOAT64, spec.shape);
+  Shape index(x.shape.size(), 0);
+  if (x.numel() > 0) do {
+      int64_t flat = 0, stride = 1;
+      std::vector<int64_t> kept;
+      for (size_t d = x.shape.size(); d-- > 0;) {
+        bool reduced = dims.empty() || std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) != dims.end();
+        if (!reduced) {
+          flat += index[d] * stride;
+          stride *= x.shape[d];
+        }
+      }
+      acc.set_storage(flat, acc.get_storage(flat) + x.at(index));
+    } while (next_index(index, x.shape));
+  return {HostTensor::from_values(spec.dtype, spec.shape, acc.values())};
+}
+
+std::vector<HostTensor> run_mm(const KernelCase& c) {
+  const HostTensor& a = c.inputs[0].tensor;
+  const HostTensor& b = c.inputs[1].tensor;
+  const OutputSpec& spec = c.outputs.at(0);
+  const int64_t m = a.shape[0], k = a.shape[1], n = b.shape[1];
+  std::vector<double> out(static_cast<size_t>(m * n), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < k; ++p) s += a.at({i, p}) * b.at({p, j});
+      out[static_cast<size_t>(i * n + j)] = s;
+    }
+  return {HostTensor::from_values(spec.dtype, spec.shape, out)};
+}
+
+}  // namespace
+
+std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const KernelCase& c) {
+  auto it = elementwise_table().find(op);
+  if (it != elementwise_table().end()) return run_elementwise(it->second, c);
+  if (op == "aten::sum.IntList_out" || op == "aten::sum.out") return run_sum(c);
+  if (op == "aten::mm.out") return run_mm(c);
+  return std::nullopt;
+}
+
+}  // namespace fl::check

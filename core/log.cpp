@@ -51,3 +51,27 @@ void configure_logging(const std::string& level, const std::string& path) {
 }
 
 }  // namespace fl
+
+#include "log_plain.h"
+
+namespace fl {
+namespace {
+spdlog::level::level_enum to_spdlog(LogLevel level) {
+  switch (level) {
+    case LogLevel::Trace: return spdlog::level::trace;
+    case LogLevel::Debug: return spdlog::level::debug;
+    case LogLevel::Info: return spdlog::level::info;
+    case LogLevel::Warn: return spdlog::level::warn;
+    case LogLevel::Error: return spdlog::level::err;
+  }
+  return spdlog::level::info;
+}
+}  // namespace
+
+void log_message(LogLevel level, const std::string& message) {
+  log().log(to_spdlog(level), "{}", message);
+}
+
+bool log_enabled(LogLevel level) { return log().should_log(to_spdlog(level)); }
+
+}  // namespace fl

@@ -1,0 +1,183 @@
+#include "cpu_fallback.h"
+
+#include "copy_engine.h"
+#include "fl_context.h"
+#include "generator.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <array>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+namespace fl::binding {
+namespace {
+
+bool is_fl(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
+
+struct WriteBack {
+  at::Tensor fl;   // the user's tensor
+  at::Tensor cpu;  // what the CPU kernel wrote
+};
+
+class HostArguments {
+ public:
+  // `mode_copy`: give the CPU kernel a copy (to be written back when `written`).
+  at::Tensor to_host(const at::Tensor& t, bool written, bool is_out) {
+    if (!is_fl(t)) return t;
+    auto key = t.unsafeGetTensorImpl();
+    if (auto it = seen_.find(key); it != seen_.end()) return it->second;
+    at::Tensor host;
+    if (is_host_accessible(t) && !is_out) {
+      host = host_alias(t);  // in-place writes land in device memory directly
+    } else if (is_out) {
+      host = at::empty(t.sizes(), t.options().device(at::kCPU));
+      if (t.numel() > 0) host.copy_(t);  // out= may be read (e.g. accumulate) — keep its values
+      write_backs_.push_back({t, host});
+    } else {
+      host = t.to(at::kCPU);
+      if (written) write_backs_.push_back({t, host});
+    }
+    seen_.emplace(key, host);
+    return host;
+  }
+
+  c10::IValue convert(const c10::IValue& v, bool written, bool is_out) {
+    if (v.isTensor()) return to_host(v.toTensor(), written, is_out);
+    if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(to_host(t, written, is_out));
+      return out;
+    }
+    if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (const c10::IValue& e : v.toListRef())
+        out.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(to_host(e.toTensor(), written, is_out)));
+      return out;
+    }
+    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kCPU);
+    return v;
+  }
+
+  // The fl tensor that `host` stands for, if any.
+  at::Tensor original_of(const at::Tensor& host) const {
+    for (const auto& [impl, h] : seen_)
+      if (h.is_same(host)) return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(impl));
+    return at::Tensor();
+  }
+
+  void write_back() {
+    for (auto& w : write_backs_) {
+      if (w.fl.sizes() != w.cpu.sizes()) w.fl.resize_(w.cpu.sizes());
+      w.fl.copy_(w.cpu);
+    }
+  }
+
+ private:
+  std::unordered_map<c10::TensorImpl*, at::Tensor> seen_;
+  std::vector<WriteBack> write_backs_;
+};
+
+at::Tensor to_device(const at::Tensor& host, c10::Device device, const HostArguments& args) {
+  if (!host.defined() || host.device().type() != c10::DeviceType::CPU) return host;
+  if (at::Tensor original = args.original_of(host); original.defined()) return original;
+  at::Tensor out = at::empty_strided(host.sizes(), host.strides(), host.options().device(device));
+  out.copy_(host);
+  return out;
+}
+
+// CPU kernels of these ops are traps ("use TORCH_LIBRARY_IMPL to override"): run the CPU
+// operator they stand for instead. Returns false when `op` is not one of them.
+bool run_cpu_equivalent(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::Device fl_device) {
+  const auto& name = op.schema().name();
+  if (name != "aten::convolution_overrideable" && name != "aten::convolution_backward_overrideable")
+    return false;
+  const size_t n = op.schema().arguments().size();
+  HostArguments host;
+  std::vector<c10::IValue> a;
+  for (const auto& v : torch::jit::last(*stack, n)) a.push_back(host.convert(v, false, false));
+  auto ints = [&](size_t i) { return a[i].toIntVector(); };
+  torch::jit::drop(*stack, n);
+  if (name == "aten::convolution_overrideable") {
+    std::optional<at::Tensor> bias;
+    if (!a[2].isNone()) bias = a[2].toTensor();
+    at::Tensor out = at::convolution(a[0].toTensor(), a[1].toTensor(), bias, ints(3), ints(4), ints(5),
+                                     a[6].toBool(), ints(7), a[8].toInt());
+    stack->emplace_back(to_device(out, fl_device, host));
+    return true;
+  }
+  const at::Tensor& weight = a[2].toTensor();
+  const bool transposed = a[6].toBool();
+  const int64_t groups = a[8].toInt();
+  std::vector<int64_t> bias_sizes{transposed ? weight.size(1) * groups : weight.size(0)};
+  auto mask_list = a[9].toBoolList();
+  std::array<bool, 3> mask{mask_list[0], mask_list[1], mask_list[2]};
+  auto [gi, gw, gb] = at::convolution_backward(a[0].toTensor(), a[1].toTensor(), weight, bias_sizes,
+                                               ints(3), ints(4), ints(5), transposed, ints(7), groups, mask);
+  stack->emplace_back(to_device(gi, fl_device, host));
+  stack->emplace_back(to_device(gw, fl_device, host));
+  stack->emplace_back(to_device(gb, fl_device, host));
+  return true;
+}
+
+}  // namespace
+
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+  const auto& schema = op.schema();
+  const size_t n = schema.arguments().size();
+  const c10::Device fl_device(c10::DeviceType::PrivateUse1, device < 0 ? current_device() : device);
+  if (run_cpu_equivalent(op, stack, fl_device)) return;
+
+  HostArguments host;
+  torch::jit::Stack cpu_stack;
+  cpu_stack.reserve(n);
+  auto args = torch::jit::last(*stack, n);
+  // A random op draws from the fl device's generator: a CPU generator carries its state.
+  std::optional<at::Generator> fl_gen;
+  at::Generator cpu_gen;
+  for (size_t i = 0; i < n; ++i) {
+    const auto& a = schema.arguments()[i];
+    const bool written = a.alias_info() && a.alias_info()->isWrite();
+    auto type = a.type();
+    if (type->kind() == c10::TypeKind::OptionalType)
+      type = type->castRaw<c10::OptionalType>()->getElementType();
+    if (type->kind() == c10::TypeKind::GeneratorType &&
+        (args[i].isNone() || args[i].toGenerator().device().type() == c10::DeviceType::PrivateUse1)) {
+      fl_gen = args[i].isNone() ? default_generator(fl_device.index()) : args[i].toGenerator();
+      cpu_gen = at::detail::createCPUGenerator();
+      std::lock_guard lock(fl_gen->mutex());
+      cpu_gen.set_state(fl_gen->get_state());
+      cpu_stack.emplace_back(cpu_gen);
+      continue;
+    }
+    cpu_stack.push_back(host.convert(args[i], written, a.is_out()));
+  }
+  {
+    c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &cpu_stack);
+  }
+  if (fl_gen) {
+    std::lock_guard lock(fl_gen->mutex());
+    fl_gen->set_state(cpu_gen.get_state());
+  }
+  host.write_back();
+
+  torch::jit::drop(*stack, n);
+  for (auto& r : cpu_stack) {
+    if (r.isTensor()) {
+      stack->emplace_back(to_device(r.toTensor(), fl_device, host));
+    } else if (r.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : r.toTensorList()) out.push_back(to_device(t, fl_device, host));
+      stack->emplace_back(out);
+    } else {
+      stack->emplace_back(std::move(r));
+    }
+  }
+}
+
+}  // namespace fl::binding

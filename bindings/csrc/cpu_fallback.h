@@ -1,0 +1,16 @@
+// cpu_fallback.h — tier 3 of the router: run the op's CPU kernel. Read-only fl tensors are
+// seen by the host directly when the device memory is host-accessible (no copy), otherwise
+// copied to host memory; tensors the op writes are written in place on host-accessible
+// devices (in-place ops) or copied back afterwards (out= arguments, which the CPU kernel may
+// resize); fresh results are copied to the device; `device=fl` arguments become CPU. Waits for
+// the device's current stream first.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+namespace fl::binding {
+
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device);
+
+}  // namespace fl::binding

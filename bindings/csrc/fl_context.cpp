@@ -1,0 +1,86 @@
+#include "fl_context.h"
+
+#include <error.h>
+
+#include <c10/util/Exception.h>
+
+namespace fl::binding {
+namespace {
+thread_local c10::DeviceIndex tls_current_device = 0;
+}
+
+fl::Runtime& runtime() {
+  try {
+    return fl::Runtime::global();
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, "torch_fl: the device runtime failed to start: ", e.what());
+  }
+}
+
+int device_count_noexcept() noexcept {
+  try {
+    return fl::Runtime::global().device_count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+c10::DeviceIndex current_device() { return tls_current_device; }
+
+void check_device(c10::DeviceIndex index) {
+  const int n = runtime().device_count();
+  TORCH_CHECK_INDEX(index >= 0 && index < n, "invalid fl device index ", static_cast<int>(index),
+                    ": ", n, " fl device(s) available (see torch_fl.list_devices())");
+}
+
+void set_current_device(c10::DeviceIndex index) {
+  check_device(index);
+  tls_current_device = index;
+}
+
+fl_dtype_t to_fl_dtype(c10::ScalarType type) {
+  switch (type) {
+    case c10::ScalarType::Float: return FL_DTYPE_FLOAT32;
+    case c10::ScalarType::Double: return FL_DTYPE_FLOAT64;
+    case c10::ScalarType::Half: return FL_DTYPE_FLOAT16;
+    case c10::ScalarType::BFloat16: return FL_DTYPE_BFLOAT16;
+    case c10::ScalarType::Long: return FL_DTYPE_INT64;
+    case c10::ScalarType::Int: return FL_DTYPE_INT32;
+    case c10::ScalarType::Short: return FL_DTYPE_INT16;
+    case c10::ScalarType::Char: return FL_DTYPE_INT8;
+    case c10::ScalarType::Byte: return FL_DTYPE_UINT8;
+    case c10::ScalarType::Bool: return FL_DTYPE_BOOL;
+    case c10::ScalarType::ComplexFloat: return FL_DTYPE_COMPLEX64;
+    case c10::ScalarType::ComplexDouble: return FL_DTYPE_COMPLEX128;
+    default: return -1;
+  }
+}
+
+fl_stream_t stream_handle(const c10::Stream& stream) {
+  return runtime().streams(stream.device_index()).handle(stream.id());
+}
+
+c10::Stream current_stream(c10::DeviceIndex index) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),
+                     runtime().streams(index).current());
+}
+
+void rethrow_as_torch_error(const std::string& context) {
+  try {
+    throw;
+  } catch (const fl::OutOfMemoryError& e) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, context, e.what());
+  } catch (const fl::NotSupportedError& e) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, context, e.what());
+  } catch (const fl::ConfigError& e) {
+    TORCH_CHECK_VALUE(false, context, e.what());
+  } catch (const fl::Error& e) {
+    TORCH_CHECK(false, context, e.what());
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    TORCH_CHECK(false, context, e.what());
+  }
+}
+
+}  // namespace fl::binding

@@ -1,0 +1,126 @@
+// minimal_ops.cpp — the ops every PrivateUse1 backend implements natively (torch_openreg's
+// minimal set): tensor creation, views, resize, copies, reading a scalar, set_.
+#include "copy_engine.h"
+#include "device_allocator.h"
+#include "fl_context.h"
+
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
+#include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/set_cpu_dispatch.h>
+#include <ATen/ops/view_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+namespace fl::binding {
+namespace {
+
+constexpr c10::DispatchKeySet kFlKeys(c10::DispatchKey::PrivateUse1);
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  const c10::Device d = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "fl tensors support the strided layout only");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pin_memory applies to CPU tensors only");
+  const c10::DeviceGuard guard(d);
+  return at::detail::empty_generic(size, &device_allocator(), kFlKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  const c10::Device d = c10::device_or_default(device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "fl tensors support the strided layout only");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pin_memory applies to CPU tensors only");
+  const c10::DeviceGuard guard(d);
+  return at::detail::empty_strided_generic(size, stride, &device_allocator(), kFlKeys,
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> storage_offset) {
+  return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  const c10::DeviceGuard guard(self.device());
+  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  copy_between(dst, self, non_blocking);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  copy_between(dst, self, false);
+  return dst;
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  copy_between(host, self, false);
+  return at::native::_local_scalar_dense_cpu(host);
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) {
+  return at::native::set_(self, source);
+}
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage storage, int64_t offset,
+                                      c10::IntArrayRef size, c10::IntArrayRef stride) {
+  return at::cpu::set_(self, storage, offset, size, stride);
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  caffe2::TypeMeta dtype = self.dtype();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), 0, &device_allocator(), true);
+  at::cpu::set_(self, storage, 0, {0}, {});
+  TORCH_INTERNAL_ASSERT(dtype == self.dtype());
+  return self;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("resize_", resize_);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("view", view);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("set_", set_empty);
+}
+
+}  // namespace fl::binding

@@ -1,0 +1,233 @@
+#include "output_meta.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <cstring>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+
+namespace fl::binding {
+namespace {
+
+constexpr size_t kMaxCacheEntries = 16384;
+
+std::shared_mutex& cache_mutex() {
+  static std::shared_mutex m;
+  return m;
+}
+
+std::unordered_map<std::string, std::vector<TensorMeta>>& cache() {
+  static std::unordered_map<std::string, std::vector<TensorMeta>> map;
+  return map;
+}
+
+void put(std::string& key, const void* p, size_t n) { key.append(static_cast<const char*>(p), n); }
+template <class T>
+void put(std::string& key, const T& v) { put(key, &v, sizeof(T)); }
+
+void put_tensor(std::string& key, const at::Tensor& t) {
+  if (!t.defined()) { put(key, 'u'); return; }
+  put(key, 't');
+  put(key, static_cast<int8_t>(t.scalar_type()));
+  put(key, static_cast<int8_t>(t.device().type()));
+  put(key, static_cast<int32_t>(t.dim()));
+  put(key, t.sizes().data(), sizeof(int64_t) * t.dim());
+  put(key, t.strides().data(), sizeof(int64_t) * t.dim());
+  if (t.dim() == 0 && t.is_cpu()) put(key, 's');  // wrapped numbers promote differently
+}
+
+// False when an argument cannot be part of a key (then no caching).
+bool put_ivalue(std::string& key, const c10::IValue& v) {
+  if (v.isTensor()) { put_tensor(key, v.toTensor()); return true; }
+  if (v.isNone()) { put(key, 'n'); return true; }
+  if (v.isInt()) { put(key, 'i'); put(key, v.toInt()); return true; }
+  if (v.isDouble()) { put(key, 'd'); put(key, v.toDouble()); return true; }
+  if (v.isBool()) { put(key, 'b'); put(key, v.toBool()); return true; }
+  if (v.isIntList()) {
+    put(key, 'I');
+    for (int64_t x : v.toIntList()) put(key, x);
+    put(key, 'e');
+    return true;
+  }
+  if (v.isDoubleList()) {
+    put(key, 'D');
+    for (double x : v.toDoubleList()) put(key, x);
+    put(key, 'e');
+    return true;
+  }
+  if (v.isBoolList()) {
+    put(key, 'B');
+    for (bool x : v.toBoolList()) put(key, x);
+    put(key, 'e');
+    return true;
+  }
+  if (v.isTensorList()) {
+    put(key, 'T');
+    for (const at::Tensor& t : v.toTensorList()) put_tensor(key, t);
+    put(key, 'e');
+    return true;
+  }
+  if (v.isList()) {
+    put(key, 'L');
+    for (const c10::IValue& e : v.toListRef())
+      if (!put_ivalue(key, e)) return false;
+    put(key, 'e');
+    return true;
+  }
+  if (v.isString()) { put(key, 'S'); key += v.toStringRef(); put(key, '\0'); return true; }
+  if (v.isDevice()) { put(key, 'v'); put(key, v.toDevice().index()); return true; }
+  return false;
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  if (t.is_cpu() && t.dim() == 0) return t;  // wrapped numbers stay CPU scalars
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
+}
+
+c10::IValue to_meta(const c10::IValue& v) {
+  if (v.isTensor()) return to_meta(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(to_meta(t));
+    return out;
+  }
+  if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& e : v.toListRef())
+      out.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(to_meta(e.toTensor())));
+    return out;
+  }
+  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(c10::kMeta);
+  return v;
+}
+
+TensorMeta describe(const at::Tensor& t) {
+  TensorMeta m;
+  if (!t.defined()) return m;
+  m.defined = true;
+  m.sizes = t.sizes().vec();
+  m.strides = t.strides().vec();
+  m.dtype = t.scalar_type();
+  return m;
+}
+
+TensorMeta contiguous_meta(std::vector<int64_t> sizes, c10::ScalarType dtype) {
+  TensorMeta m;
+  m.defined = true;
+  m.dtype = dtype;
+  m.strides.assign(sizes.size(), 1);
+  for (int64_t i = static_cast<int64_t>(sizes.size()) - 2; i >= 0; --i)
+    m.strides[i] = m.strides[i + 1] * std::max<int64_t>(sizes[i + 1], 1);
+  m.sizes = std::move(sizes);
+  return m;
+}
+
+std::vector<int64_t> expand_param(const c10::IValue& v, size_t n, int64_t dflt) {
+  std::vector<int64_t> p = v.isIntList() ? v.toIntVector() : std::vector<int64_t>{};
+  if (p.empty()) p.assign(n, dflt);
+  if (p.size() == 1 && n > 1) p.assign(n, p[0]);
+  return p;
+}
+
+// Shape rules for the ops PyTorch gives no Meta kernel on every version.
+std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::ArrayRef<c10::IValue> a) {
+  if (name == "aten::convolution_overrideable") {
+    const at::Tensor& input = a[0].toTensor();
+    const at::Tensor& weight = a[1].toTensor();
+    const size_t spatial = static_cast<size_t>(input.dim() - 2);
+    auto stride = expand_param(a[3], spatial, 1), padding = expand_param(a[4], spatial, 0),
+         dilation = expand_param(a[5], spatial, 1), output_padding = expand_param(a[7], spatial, 0);
+    const bool transposed = a[6].toBool();
+    const int64_t groups = a[8].toInt();
+    std::vector<int64_t> out{input.size(0), transposed ? weight.size(1) * groups : weight.size(0)};
+    for (size_t d = 0; d < spatial; ++d) {
+      const int64_t in = input.size(static_cast<int64_t>(d) + 2), k = weight.size(static_cast<int64_t>(d) + 2);
+      out.push_back(transposed ? (in - 1) * stride[d] - 2 * padding[d] + dilation[d] * (k - 1) + output_padding[d] + 1
+                               : (in + 2 * padding[d] - dilation[d] * (k - 1) - 1) / stride[d] + 1);
+    }
+    return std::vector<TensorMeta>{contiguous_meta(out, input.scalar_type())};
+  }
+  if (name == "aten::convolution_backward_overrideable") {
+    const at::Tensor& input = a[1].toTensor();
+    const at::Tensor& weight = a[2].toTensor();
+    const bool transposed = a[6].toBool();
+    const int64_t groups = a[8].toInt();
+    auto mask = a[9].toBoolList();
+    std::vector<TensorMeta> outs(3);
+    if (mask[0]) outs[0] = contiguous_meta(input.sizes().vec(), input.scalar_type());
+    if (mask[1]) outs[1] = contiguous_meta(weight.sizes().vec(), weight.scalar_type());
+    if (mask[2]) outs[2] = contiguous_meta({transposed ? weight.size(1) * groups : weight.size(0)}, weight.scalar_type());
+    return outs;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::vector<TensorMeta>> output_meta(const c10::OperatorHandle& op, OpInfo& info,
+                                                   c10::ArrayRef<c10::IValue> args) {
+  std::string key;
+  key.reserve(256);
+  put(key, &op.schema());
+  bool cacheable = true;
+  for (const auto& v : args)
+    if (!put_ivalue(key, v)) { cacheable = false; break; }
+  if (cacheable) {
+    std::shared_lock lock(cache_mutex());
+    auto it = cache().find(key);
+    if (it != cache().end()) return it->second;
+  }
+
+  std::optional<std::vector<TensorMeta>> result = shape_rule(info.kernel_name == info.name ? info.name : info.name, args);
+  if (!result) {
+    if (info.meta_unavailable.load(std::memory_order_relaxed)) return std::nullopt;
+    torch::jit::Stack stack;
+    stack.reserve(args.size());
+    for (const auto& v : args) stack.push_back(to_meta(v));
+    try {
+      c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
+    } catch (const c10::NotImplementedError&) {
+      info.meta_unavailable = true;
+      return std::nullopt;
+    } catch (const c10::Error& e) {
+      const std::string what = e.what();
+      if (what.find("Meta") != std::string::npos && (what.find("not implemented") != std::string::npos ||
+                                                     what.find("could not run") != std::string::npos ||
+                                                     what.find("Could not run") != std::string::npos)) {
+        info.meta_unavailable = true;
+        return std::nullopt;
+      }
+      throw;  // a real error in the user's call (shapes, dtypes): report it as ATen would
+    }
+    std::vector<TensorMeta> outs;
+    for (const auto& r : stack) {
+      if (r.isTensor()) {
+        outs.push_back(describe(r.toTensor()));
+      } else if (r.isTensorList()) {
+        for (const at::Tensor& t : r.toTensorList()) outs.push_back(describe(t));
+      } else if (r.isNone()) {
+        outs.emplace_back();
+      } else {
+        return std::nullopt;  // non-tensor returns (e.g. ints) are not served natively
+      }
+    }
+    result = std::move(outs);
+  }
+  if (cacheable) {
+    std::unique_lock lock(cache_mutex());
+    if (cache().size() >= kMaxCacheEntries) cache().clear();
+    cache().emplace(std::move(key), *result);
+  }
+  return result;
+}
+
+size_t output_meta_cache_size() {
+  std::shared_lock lock(cache_mutex());
+  return cache().size();
+}
+
+}  // namespace fl::binding

@@ -1,0 +1,31 @@
+// output_meta.h — the shapes, strides and dtypes of an operator's outputs, from PyTorch
+// itself: the operator's Meta kernel run on meta copies of the arguments (or a shape rule for
+// the few ops that have none), cached per input signature so the hot path is one lookup.
+#pragma once
+
+#include "op_info.h"
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/ScalarType.h>
+
+#include <optional>
+#include <vector>
+
+namespace fl::binding {
+
+struct TensorMeta {
+  bool defined = false;
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  c10::ScalarType dtype = c10::ScalarType::Float;
+};
+
+// Metadata of the op's returns when called with `args` (all schema arguments, out= included;
+// for out= ops the returned metadata is that of the out tensors after ATen's resize rules).
+// std::nullopt when PyTorch has no way to tell (then the router skips the native tier).
+std::optional<std::vector<TensorMeta>> output_meta(const c10::OperatorHandle& op, OpInfo& info,
+                                                   c10::ArrayRef<c10::IValue> args);
+
+size_t output_meta_cache_size();
+
+}  // namespace fl::binding

@@ -399,7 +399,9 @@ typedef struct fl_device_ops {
   /* ---- kernels --------------------------------------------------------------------- */
 
   /* Required. Sets *entries to the plugin's kernel table (owned by the plugin, valid until
-   * shutdown) and *count to its length. The same for every device of the plugin; a device
+   * shutdown) and *count to its length. Entries lie `entries[0].struct_size` bytes apart (a
+   * plugin built against a later minor may have longer entries; the core walks the array with
+   * that stride and reads only the fields it knows). The same for every device of the plugin; a device
    * that cannot run an entry reports FL_ERR_NOT_SUPPORTED from the kernel. Called once
    * after init; the core builds its dispatch table from it. */
   fl_status_t (*kernels_get)(const fl_kernel_entry** entries, size_t* count);

@@ -2,6 +2,8 @@
 version, include dirs (';'-separated), library dir, the C++11 ABI flag (0/1)."""
 import os
 
+os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # never autoload torch_fl while building it
+
 import torch
 from torch.utils import cpp_extension
 

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The README's test command: set up (if needed), then every test — the Meson/Catch2 suites
+# (core, plugins, loader zoo, fl-plugin-check) and the pytest suite of the binding.
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$ROOT/tools/setup.sh" || exit 1
+cd "$ROOT"
+status=0
+echo "== meson test (C++ suites)"
+meson test -C build --print-errorlogs --num-processes 2 || status=1
+echo "== pytest (binding)"
+"$ROOT/.venv/bin/python" -m pytest -q tests/python || status=1
+exit $status

@@ -1,0 +1,230 @@
+"""Benchmark workloads, each a function of the device string only, so the same code measures
+native PyTorch ("cpu", "cuda:0") and Torch-FL ("fl:0"). Every function returns a dict of
+named measurements; `compare.py` runs each side in its own process and prints the ratios."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+
+
+def sync(device: str) -> None:
+    kind = torch.device(device).type
+    if kind == "cuda":
+        torch.cuda.synchronize()
+    elif kind == "fl":
+        torch.fl.synchronize()
+
+
+def _time_per_call(fn, device: str, min_seconds: float = 0.3, min_iters: int = 20) -> float:
+    for _ in range(5):
+        fn()
+    sync(device)
+    iters, elapsed = 0, 0.0
+    start = time.perf_counter()
+    while elapsed < min_seconds or iters < min_iters:
+        for _ in range(10):
+            fn()
+        iters += 10
+        sync(device)
+        elapsed = time.perf_counter() - start
+    return elapsed / iters
+
+
+def small_ops(device: str) -> dict:
+    """Per-call latency (µs) of add, mul, relu and matmul at 8 and 1M elements."""
+    out = {}
+    for n in (8, 1 << 20):
+        a = torch.randn(n, device=device)
+        b = torch.randn(n, device=device)
+        side = max(int(n ** 0.5), 2)
+        m = torch.randn(side, side, device=device)
+        out[f"add n={n} (us)"] = _time_per_call(lambda: a + b, device) * 1e6
+        out[f"mul n={n} (us)"] = _time_per_call(lambda: a * b, device) * 1e6
+        out[f"relu n={n} (us)"] = _time_per_call(lambda: torch.relu(a), device) * 1e6
+        out[f"matmul {side}x{side} (us)"] = _time_per_call(lambda: m @ m, device) * 1e6
+    return out
+
+
+def cnn_training(device: str, batch_size: int = 64, steps: int = 60) -> dict:
+    """Samples/s of the digits CNN (examples/train_cnn.py) training with Adam."""
+    from train_cnn import DigitsCNN
+
+    torch.manual_seed(0)
+    model = DigitsCNN().to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x = torch.randn(batch_size, 1, 8, 8, device=device)
+    y = torch.randint(0, 10, (batch_size,), device=device)
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(5):
+        step()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return {f"digits CNN train b={batch_size} (samples/s)": batch_size * steps / (time.perf_counter() - start)}
+
+
+class _Block(nn.Module):
+    def __init__(self, cin: int, width: int, stride: int):
+        super().__init__()
+        cout = width * 4
+        self.c1 = nn.Conv2d(cin, width, 1, bias=False)
+        self.b1 = nn.BatchNorm2d(width)
+        self.c2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)
+        self.b2 = nn.BatchNorm2d(width)
+        self.c3 = nn.Conv2d(width, cout, 1, bias=False)
+        self.b3 = nn.BatchNorm2d(cout)
+        self.down = None
+        if stride != 1 or cin != cout:
+            self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        idt = x if self.down is None else self.down(x)
+        x = F.relu(self.b1(self.c1(x)))
+        x = F.relu(self.b2(self.c2(x)))
+        return F.relu(self.b3(self.c3(x)) + idt)
+
+
+class ResNet50(nn.Module):
+    """ResNet-50 (torchvision's layout: 3-4-6-3 bottleneck blocks), written out so the
+    benchmark needs no torchvision."""
+
+    def __init__(self, classes: int = 1000):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        layers, cin = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(_Block(cin, width, stride if i == 0 else 1))
+                cin = width * 4
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+def resnet50_training(device: str, batch_size: int = 256, steps: int = 10) -> dict:
+    torch.manual_seed(0)
+    model = ResNet50().to(device).to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(batch_size, 3, 224, 224, device=device).to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch_size,), device=device)
+    dtype = torch.bfloat16
+
+    def step():
+        with torch.autocast(torch.device(device).type, dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(3):
+        step()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return {f"ResNet-50 train b={batch_size} bf16 (samples/s)": batch_size * steps / (time.perf_counter() - start)}
+
+
+class _GPTBlock(nn.Module):
+    def __init__(self, d: int, heads: int):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.out = nn.Linear(4 * d, d)
+        self.heads = heads
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+        mask = torch.ones(t, t, device=x.device, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class GPT2Small(nn.Module):
+    def __init__(self, vocab: int = 50257, d: int = 768, layers: int = 12, heads: int = 12, ctx: int = 1024):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(ctx, d)
+        self.blocks = nn.Sequential(*[_GPTBlock(d, heads) for _ in range(layers)])
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        return self.head(self.ln(self.blocks(x)))
+
+
+def gpt2_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -> dict:
+    torch.manual_seed(0)
+    model = GPT2Small().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    idx = torch.randint(0, 50257, (batch, seq), device=device)
+
+    def step():
+        with torch.autocast(torch.device(device).type, dtype=torch.bfloat16):
+            logits = model(idx)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), idx.view(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    for _ in range(2):
+        step()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return {f"GPT-2 small train {batch}x{seq} bf16 (tokens/s)": batch * seq * steps / (time.perf_counter() - start)}
+
+
+def gemm_and_bandwidth(device: str, n: int = 8192, add_bytes: int = 1 << 30) -> dict:
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    t = _time_per_call(lambda: a @ b, device, min_seconds=1.0, min_iters=10)
+    x = torch.randn(add_bytes // 4, device=device)
+    y = torch.randn(add_bytes // 4, device=device)
+    out = torch.empty_like(x)
+    t_add = _time_per_call(lambda: torch.add(x, y, out=out), device, min_seconds=1.0, min_iters=10)
+    return {
+        f"bf16 GEMM {n}^3 (TFLOP/s)": 2 * n ** 3 / t / 1e12,
+        f"fp32 add {add_bytes >> 20} MiB (GB/s)": 3 * add_bytes / t_add / 1e9,
+    }
+
+
+WORKLOADS = {
+    "small_ops": small_ops,
+    "cnn": cnn_training,
+    "resnet50": resnet50_training,
+    "gpt2": gpt2_training,
+    "gemm": gemm_and_bandwidth,
+}

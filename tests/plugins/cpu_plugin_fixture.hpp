@@ -122,6 +122,9 @@ class HostScalar {
 // Builds the inputs of a kernel call.
 class Inputs {
  public:
+  Inputs() = default;
+  Inputs(const Inputs&) = delete;  // values point into this object's lists
+  Inputs& operator=(const Inputs&) = delete;
   Inputs& tensor(const Tensor& t) { return tensor(t.desc()); }
   Inputs& tensor(const fl_tensor& t);
   Inputs& host(const HostScalar& s) { return tensor(s.desc()); }

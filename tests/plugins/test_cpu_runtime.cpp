@@ -275,7 +275,7 @@ TEST_CASE("cpu plugin: errors in asynchronous work are reported by synchronize")
 
 TEST_CASE("cpu plugin: small-op latency (enqueue + synchronize)") {
   const fl_device_ops& ops = cpu_ops();
-  Tensor x(FL_DTYPE_FLOAT32, {16});
+  Tensor x = Tensor::from<float>(FL_DTYPE_FLOAT32, {16}, std::vector<float>(16, 0.0f));
   HostScalar one(1.0);
   run_kernel("aten::add.out", Inputs().tensor(x).host(one).integer(1), outs({&x}));
   const int iters = 2000;

@@ -23,6 +23,12 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_pointwise_extra_kernels(registry);
     register_reduction_kernels(registry);
     register_gemm_kernels(registry);
+    register_softmax_kernels(registry);
+    register_loss_kernels(registry);
+    register_normalization_kernels(registry);
+    register_indexing_kernels(registry);
+    register_convolution_kernels(registry);
+    register_pooling_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

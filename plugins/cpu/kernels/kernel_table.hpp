@@ -39,5 +39,11 @@ void register_pointwise_kernels(KernelRegistry& registry);
 void register_pointwise_extra_kernels(KernelRegistry& registry);
 void register_reduction_kernels(KernelRegistry& registry);
 void register_gemm_kernels(KernelRegistry& registry);
+void register_softmax_kernels(KernelRegistry& registry);
+void register_loss_kernels(KernelRegistry& registry);
+void register_normalization_kernels(KernelRegistry& registry);
+void register_indexing_kernels(KernelRegistry& registry);
+void register_convolution_kernels(KernelRegistry& registry);
+void register_pooling_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

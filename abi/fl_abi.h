@@ -254,10 +254,13 @@ enum {
  * and lives until shutdown returns.
  *
  * `op` is the name of an ATen operator overload with the namespace, e.g. "aten::add.out",
- * "aten::mm.out", "aten::convolution_overrideable". For operators that have an out= overload,
- * the table names the out= overload and the core routes the functional and in-place forms to
- * it (inputs: the non-out arguments; outputs: the out arguments in order). For operators with
- * no out= overload, the table names the operator itself and outputs are its returns.
+ * "aten::mm.out", "aten::convolution_overrideable.out". For operators that have an out=
+ * overload (ATen generates one for nearly every functional op), the table names the out=
+ * overload and the core routes the functional and in-place forms to it (inputs: the non-out
+ * arguments; outputs: the out arguments in order). A functional operator may instead be named
+ * by its own overload ("aten::convolution_overrideable"): inputs are its arguments and outputs
+ * its returns — the same call; the out= name is looked up first. `dtype_mask` refers to the
+ * first tensor argument (for `where`, the bool condition).
  * Elementwise kernels broadcast their inputs to the output's shape as ATen does. A kernel
  * that cannot handle a particular call (a dtype mix, a layout) returns FL_ERR_NOT_SUPPORTED
  * before enqueuing anything; the core then takes the next fallback tier for that call. */

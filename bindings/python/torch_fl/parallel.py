@@ -1,0 +1,500 @@
+"""Heterogeneous data parallelism: one model trained on several devices of any mix of plugins
+(a CUDA-plugin device beside a CPU-plugin device, say) inside one process.
+
+    hdp = HeteroDataParallel(model, ["fl:0", "fl:1"],
+                             optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
+    for x, y in loader:
+        loss = hdp.train_step(x, y, F.cross_entropy)
+
+Each step:
+1. the batch is split along dim 0 into one shard per device, sized by `ThroughputBalancer`
+   (a per-device model of step time, t_i(n) = a_i + b_i·n, calibrated on the first batch with
+   timed forward/backward passes on each device alone, then refined from the per-device times
+   of real steps by an exponential moving average; the split is recomputed every
+   `rebalance_every` steps). The split minimises the predicted step time max_i t_i(n_i); a
+   device whose fixed cost a_i alone exceeds that time gets no shard, so adding a slow device
+   never makes the predicted step slower than the fast devices alone;
+2. every replica runs forward and backward on its shard, one Python thread per device;
+3. the gradients are flattened on each device, copied to the reduction device and summed with
+   weights n_i/N, so with a loss that is a mean over the batch the master gradient is the
+   gradient of the big-batch loss: grad = Σ_i (n_i/N)·grad_i;
+4. one optimizer steps the master copy (the replica that lives on the reduction device);
+5. the master's parameters and buffers are flattened and copied back into every replica, so
+   all replicas hold bit-identical values (checked after every step with `debug=True`).
+
+Concurrency. The ATen operators release the GIL while they run (torch's Python bindings drop
+it around every dispatch) and the autograd engine runs each device's backward on that
+device's own worker thread, so the kernels of different devices overlap; the Python code
+between operators (module __call__, hooks, the forward's glue) holds the GIL and is
+serialised. Small models whose step is dominated by per-operator Python overhead therefore
+overlap less than large ones; `bench/hetero.py` prints the measured overlap
+(sequential time / concurrent time of the same two shards: 2.0 would be perfect, 1.0 none).
+When two "devices" are the same silicon (fl:0 and fl:1 of the CPU plugin share the host's
+cores) the pair cannot be faster than one alone; the balancer then keeps the pair within the
+fixed per-step overhead of the fastest device alone.
+
+Precision across vendors. Different plugins run different kernels (cuBLAS vs OpenBLAS, fused
+vs unfused reductions, different summation orders), so the same shard gives gradients that
+differ in the last bits between vendors, and a hetero step's gradient Σ (n_i/N)·grad_i
+differs from a single-device big-batch gradient by that rounding (and by the different
+reduction order of the split mean). The replicas never drift apart, because after each step
+every replica receives the master's exact bits; what differs from a single-device run is
+only the rounding of each step's gradient, of the order of the kernels' own error (float32:
+~1e-6 relative per step; float64: ~1e-15). Training is therefore reproducible for a fixed
+split on fixed devices, but not bit-identical to a run on one device. In float16/bfloat16,
+gradients are summed in the reduction buffer's dtype: use float32 parameters (mixed
+precision) if the split must not change results beyond half-precision rounding.
+
+Not done: buffers (BatchNorm running statistics) are those the master computed on its own
+shard, as in torch.nn.DataParallel; random state (dropout) differs per device; no gradient
+bucketing/overlap of communication with backward (the reduction starts after every replica's
+backward ends); inputs are split on dim 0 only.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+import torch.nn as nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+__all__ = ["ThroughputBalancer", "HeteroDataParallel", "synchronize_device", "device_context"]
+
+
+# ---- device helpers ------------------------------------------------------------------
+
+
+def synchronize_device(device: torch.device) -> None:
+    """Waits for all work queued on `device` (fl, cuda, or any torch accelerator)."""
+    if device.type == "cpu":
+        return
+    if device.type == "fl":
+        torch.fl.synchronize(device.index)
+        return
+    module = getattr(torch, device.type, None)
+    if module is not None and hasattr(module, "synchronize"):
+        module.synchronize(device)
+
+
+class device_context:  # noqa: N801 - used like torch.cuda.device
+    """Makes `device` current in this thread (the fl current device is thread-local)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._inner = None
+
+    def __enter__(self):
+        if self.device.type == "fl":
+            self._inner = torch.fl.device(self.device.index)
+        elif self.device.type == "cuda":
+            self._inner = torch.cuda.device(self.device)
+        if self._inner is not None:
+            self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._inner is not None:
+            self._inner.__exit__(*exc)
+        return False
+
+
+# ---- the balancer --------------------------------------------------------------------
+
+
+class ThroughputBalancer:
+    """Splits a batch over devices from a per-device step-time model t_i(n) = a_i + b_i·n.
+
+    a_i is the fixed cost of a step on device i (per-operator launch overhead plus, for
+    devices other than the reduction device, the gradient/parameter transfers), b_i the cost of
+    one sample. Both come from `calibrate`; `observe` then refines b_i from the measured times
+    of real steps with an exponential moving average (weight `ema` for the newest sample)."""
+
+    def __init__(self, num_devices: int, ema: float = 0.3):
+        if num_devices < 1:
+            raise ValueError("need at least one device")
+        if not 0.0 < ema <= 1.0:
+            raise ValueError("ema must be in (0, 1]")
+        self.num_devices = num_devices
+        self.ema = ema
+        self.overhead = [0.0] * num_devices       # a_i: compute part, seconds
+        self.transfer = [0.0] * num_devices       # a_i: communication part, seconds
+        self.per_sample = [1.0] * num_devices     # b_i, seconds per sample
+        self.calibrated = False
+        self.observations = 0
+
+    # -- model updates
+
+    def calibrate(self, device: int, points: Sequence[tuple[int, float]], transfer_s: float = 0.0) -> None:
+        """Fits a_i and b_i to (shard size, seconds) measurements of device `device` alone."""
+        ns = [float(n) for n, _ in points]
+        ts = [float(t) for _, t in points]
+        mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
+        var = sum((n - mean_n) ** 2 for n in ns)
+        if var > 0:
+            b = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, ts)) / var
+        else:
+            b = mean_t / max(mean_n, 1.0)
+        if b <= 0:  # timing noise swamped the per-sample cost: treat it all as per-sample
+            b = mean_t / max(mean_n, 1.0)
+            a = 0.0
+        else:
+            a = max(mean_t - b * mean_n, 0.0)
+        self.overhead[device] = a
+        self.per_sample[device] = max(b, 1e-12)
+        self.transfer[device] = max(float(transfer_s), 0.0)
+        self.calibrated = True
+
+    def observe(self, shard_sizes: Sequence[int], seconds: Sequence[float | None]) -> None:
+        """Folds the measured compute time of one step on each device into b_i."""
+        for i, (n, t) in enumerate(zip(shard_sizes, seconds)):
+            if n <= 0 or t is None:
+                continue
+            b_now = max((t - self.overhead[i]) / n, 1e-12)
+            self.per_sample[i] = (1.0 - self.ema) * self.per_sample[i] + self.ema * b_now
+        self.observations += 1
+
+    # -- the split
+
+    def predicted_seconds(self, shard_sizes: Sequence[int]) -> float:
+        """The model's step time for a split: the slowest participating device."""
+        return max((self._fixed(i) + self.per_sample[i] * n for i, n in enumerate(shard_sizes) if n > 0),
+                   default=0.0)
+
+    def _fixed(self, i: int) -> float:
+        return self.overhead[i] + self.transfer[i]
+
+    def split(self, batch_size: int) -> list[int]:
+        """Shard sizes (summing to `batch_size`) that minimise the predicted step time.
+
+        Water-filling: with devices sorted by fixed cost, the k cheapest share the batch so that
+        all finish at the same time T_k = (N + Σ a_i/b_i) / Σ 1/b_i; devices are added while the
+        next one's fixed cost is below T_k (adding it then shortens the step)."""
+        if batch_size <= 0:
+            return [0] * self.num_devices
+        order = sorted(range(self.num_devices), key=lambda i: (self._fixed(i), self.per_sample[i]))
+        chosen: list[int] = []
+        finish = math.inf
+        for i in order:
+            if chosen and self._fixed(i) >= finish:
+                break
+            trial = chosen + [i]
+            t = (batch_size + sum(self._fixed(j) / self.per_sample[j] for j in trial)) / sum(
+                1.0 / self.per_sample[j] for j in trial)
+            if t > finish:
+                break
+            chosen, finish = trial, t
+        ideal = {i: max((finish - self._fixed(i)) / self.per_sample[i], 0.0) for i in chosen}
+        total = sum(ideal.values()) or 1.0
+        ideal = {i: v * batch_size / total for i, v in ideal.items()}
+        sizes = [0] * self.num_devices
+        for i, v in ideal.items():
+            sizes[i] = int(math.floor(v))
+        remainder = batch_size - sum(sizes)
+        # Hand out the rounding remainder to the devices that finish earliest with one more.
+        for _ in range(remainder):
+            j = min(chosen, key=lambda i: self._fixed(i) + self.per_sample[i] * (sizes[i] + 1))
+            sizes[j] += 1
+        return sizes
+
+    # -- checkpointing
+
+    def state_dict(self) -> dict:
+        return {"ema": self.ema, "overhead": list(self.overhead), "transfer": list(self.transfer),
+                "per_sample": list(self.per_sample), "calibrated": self.calibrated,
+                "observations": self.observations}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["per_sample"]) != self.num_devices:
+            raise ValueError(f"balancer state is for {len(state['per_sample'])} devices, "
+                             f"this one has {self.num_devices}")
+        self.ema = float(state["ema"])
+        self.overhead = [float(v) for v in state["overhead"]]
+        self.transfer = [float(v) for v in state["transfer"]]
+        self.per_sample = [float(v) for v in state["per_sample"]]
+        self.calibrated = bool(state["calibrated"])
+        self.observations = int(state["observations"])
+
+
+# ---- the data-parallel wrapper -------------------------------------------------------
+
+
+def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
+    """Splits a tensor (or a tuple/list/dict of tensors) along dim 0 into `sizes` pieces."""
+    if isinstance(value, torch.Tensor):
+        return list(torch.split(value, sizes, dim=0))
+    if isinstance(value, (tuple, list)):
+        parts = [_split_batch(v, sizes) for v in value]
+        return [type(value)(p[k] for p in parts) for k in range(len(sizes))]
+    if isinstance(value, dict):
+        parts = {key: _split_batch(v, sizes) for key, v in value.items()}
+        return [{key: p[k] for key, p in parts.items()} for k in range(len(sizes))]
+    raise TypeError(f"cannot split a batch of type {type(value).__name__}")
+
+
+def _to(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def _batch_size(value: Any) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.shape[0]
+    if isinstance(value, (tuple, list)):
+        return _batch_size(value[0])
+    if isinstance(value, dict):
+        return _batch_size(next(iter(value.values())))
+    raise TypeError(f"cannot take the batch size of {type(value).__name__}")
+
+
+def _call(module: nn.Module, inputs: Any) -> Any:
+    if isinstance(inputs, tuple):
+        return module(*inputs)
+    if isinstance(inputs, dict):
+        return module(**inputs)
+    return module(inputs)
+
+
+class HeteroDataParallel:
+    """Data parallelism over devices of different speeds (and vendors) in one process.
+
+    Args:
+        module: the model; it becomes the master copy, moved to `reduce_device`.
+        devices: the devices to train on (e.g. ["fl:0", "fl:1"]; any torch device type works).
+        optimizer: a callable that builds the optimizer from the master's parameters, e.g.
+            `lambda p: torch.optim.AdamW(p, lr=1e-3)`.
+        reduce_device: where gradients are summed and the optimizer runs (default: devices[0]).
+        rebalance_every: recompute the split every K steps from measured times (0: never).
+        ema: weight of the newest measurement in the per-device cost estimate.
+        split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
+        calibration_reps: timed forward/backward passes per device and shard size at the start.
+        debug: after every step, assert that every replica is bit-identical to the master.
+    """
+
+    def __init__(self, module: nn.Module, devices: Sequence[str | torch.device],
+                 optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
+                 reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
+                 ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
+                 debug: bool = False):
+        self.devices = [torch.device(d) for d in devices]
+        if not self.devices:
+            raise ValueError("HeteroDataParallel needs at least one device")
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"devices must be distinct, got {self.devices}")
+        self.reduce_device = torch.device(reduce_device) if reduce_device is not None else self.devices[0]
+        self.rebalance_every = int(rebalance_every)
+        self.calibration_reps = max(int(calibration_reps), 1)
+        self.debug = debug
+        self.fixed_split = list(split) if split is not None else None
+        if self.fixed_split is not None and len(self.fixed_split) != len(self.devices):
+            raise ValueError("split needs one proportion per device")
+        self.balancer = ThroughputBalancer(len(self.devices), ema=ema)
+        self.steps = 0
+        self.last_shards: list[int] = []
+        self.last_device_seconds: list[float | None] = []
+        self._shards_for: dict[int, list[int]] = {}
+
+        # Replicas are copied before the master moves, so that deepcopy sees host tensors when
+        # the caller passed a CPU module.
+        copies = {d: copy.deepcopy(module) for d in self.devices if d != self.reduce_device}
+        self.module = module.to(self.reduce_device)
+        self.replicas: list[nn.Module] = []
+        for d in self.devices:
+            self.replicas.append(self.module if d == self.reduce_device else copies[d].to(d))
+        self.optimizer = optimizer(self.module.parameters())
+        self._pool = ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="hetero-dp")
+        self.broadcast()
+
+    # -- parameters
+
+    def parameters(self) -> Iterable[nn.Parameter]:
+        return self.module.parameters()
+
+    def __call__(self, *args, **kwargs):
+        """Forward on the master copy (for evaluation)."""
+        return self.module(*args, **kwargs)
+
+    def _state_tensors(self, module: nn.Module) -> list[torch.Tensor]:
+        return [p.data for p in module.parameters()] + [b for b in module.buffers()]
+
+    @torch.no_grad()
+    def broadcast(self) -> None:
+        """Copies the master's parameters and buffers into every other replica (one flat
+        transfer per device), so that all replicas hold exactly the master's bits."""
+        master = self._state_tensors(self.module)
+        if not master:
+            return
+        groups: dict[torch.dtype, list[int]] = {}
+        for k, t in enumerate(master):
+            groups.setdefault(t.dtype, []).append(k)
+        for replica, device in zip(self.replicas, self.devices):
+            if replica is self.module:
+                continue
+            targets = self._state_tensors(replica)
+            for indices in groups.values():
+                flat = _flatten_dense_tensors([master[k] for k in indices]).to(device)
+                for k, piece in zip(indices, _unflatten_dense_tensors(flat, [master[k] for k in indices])):
+                    targets[k].copy_(piece)
+        if self.debug:
+            self.assert_replicas_identical()
+
+    def assert_replicas_identical(self) -> None:
+        master = [t.detach().cpu() for t in self._state_tensors(self.module)]
+        for replica, device in zip(self.replicas, self.devices):
+            if replica is self.module:
+                continue
+            for k, t in enumerate(self._state_tensors(replica)):
+                if not torch.equal(t.detach().cpu(), master[k]):
+                    raise AssertionError(f"replica on {device} differs from the master in tensor {k}")
+
+    # -- one step
+
+    def _run_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable) -> tuple[torch.Tensor, float]:
+        """Forward and backward of one shard on device `index`; returns (loss, seconds)."""
+        device = self.devices[index]
+        replica = self.replicas[index]
+        with device_context(device):
+            start = time.perf_counter()
+            x, y = _to(inputs, device), _to(targets, device)
+            for p in replica.parameters():
+                p.grad = None
+            loss = loss_fn(_call(replica, x), y)
+            loss.backward()
+            synchronize_device(device)
+            return loss.detach(), time.perf_counter() - start
+
+    def _shard_sizes(self, batch_size: int) -> list[int]:
+        if self.fixed_split is not None:
+            total = float(sum(self.fixed_split))
+            sizes = [int(batch_size * w / total) for w in self.fixed_split]
+            order = sorted(range(len(sizes)), key=lambda i: -self.fixed_split[i])
+            for k in range(batch_size - sum(sizes)):
+                sizes[order[k % len(order)]] += 1
+            return sizes
+        refresh = self.rebalance_every > 0 and self.steps % self.rebalance_every == 0
+        if batch_size not in self._shards_for or refresh:
+            self._shards_for[batch_size] = self.balancer.split(batch_size)
+        return self._shards_for[batch_size]
+
+    def train_step(self, inputs: Any, targets: Any, loss_fn: Callable[[Any, Any], torch.Tensor]) -> float:
+        """One optimizer step on a batch; `loss_fn(output, target)` must return the mean loss
+        over its shard. Returns the batch's mean loss (Σ n_i/N · loss_i)."""
+        batch = _batch_size(inputs)
+        if self.fixed_split is None and not self.balancer.calibrated:
+            self.calibrate(inputs, targets, loss_fn)
+        sizes = self._shard_sizes(batch)
+        active = [i for i, n in enumerate(sizes) if n > 0]
+        in_parts = _split_batch(inputs, [sizes[i] for i in active])
+        tgt_parts = _split_batch(targets, [sizes[i] for i in active])
+        futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
+                   for i, x, y in zip(active, in_parts, tgt_parts)}
+        results = {i: f.result() for i, f in futures.items()}
+
+        self._reduce_gradients({i: sizes[i] / batch for i in active})
+        self.optimizer.step()
+        self.broadcast()
+
+        seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
+        if self.fixed_split is None:
+            self.balancer.observe(sizes, seconds)
+        self.last_shards, self.last_device_seconds = list(sizes), seconds
+        self.steps += 1
+        loss = sum(results[i][0].to(self.reduce_device, torch.float64) * (sizes[i] / batch) for i in active)
+        return float(loss)
+
+    @torch.no_grad()
+    def _reduce_gradients(self, weights: dict[int, float]) -> None:
+        """master.grad = Σ_i w_i · replica_i.grad, one flat buffer per device and dtype."""
+        master_params = [p for p in self.module.parameters() if p.requires_grad]
+        if not master_params:
+            return
+        groups: dict[torch.dtype, list[int]] = {}
+        for k, p in enumerate(master_params):
+            groups.setdefault(p.dtype, []).append(k)
+        sums: dict[torch.dtype, torch.Tensor] = {}
+        for i, w in weights.items():
+            params = [p for p in self.replicas[i].parameters() if p.requires_grad]
+            for dtype, indices in groups.items():
+                grads = [params[k].grad if params[k].grad is not None else torch.zeros_like(params[k])
+                         for k in indices]
+                flat = _flatten_dense_tensors(grads).to(self.reduce_device)
+                if dtype in sums:
+                    sums[dtype].add_(flat, alpha=w)
+                else:
+                    sums[dtype] = flat * w  # a new tensor: `flat` may be a view of the gradient
+        for dtype, indices in groups.items():
+            pieces = _unflatten_dense_tensors(sums[dtype], [master_params[k] for k in indices])
+            for k, g in zip(indices, pieces):
+                master_params[k].grad = g.clone()
+
+    # -- calibration
+
+    def calibrate(self, inputs: Any, targets: Any, loss_fn: Callable) -> None:
+        """Times forward/backward on each device alone at two shard sizes (the whole batch and a
+        quarter of it) plus the gradient round trip to the reduction device, and fits the
+        balancer. Parameters and buffers are restored afterwards; no optimizer step is taken."""
+        saved = [t.detach().clone() for t in self._state_tensors(self.module)]
+        batch = _batch_size(inputs)
+        sizes = sorted({batch, max(batch // 4, 1)})
+        for i, device in enumerate(self.devices):
+            points = []
+            for n in sizes:
+                x = _split_batch(inputs, [n, batch - n])[0] if n < batch else inputs
+                y = _split_batch(targets, [n, batch - n])[0] if n < batch else targets
+                self._run_shard(i, x, y, loss_fn)  # warm-up: caches, allocator, lazy init
+                for _ in range(self.calibration_reps):
+                    points.append((n, self._run_shard(i, x, y, loss_fn)[1]))
+            self.balancer.calibrate(i, points, self._time_transfer(i))
+        with torch.no_grad():
+            for t, s in zip(self._state_tensors(self.module), saved):
+                t.copy_(s)
+        self.broadcast()
+        self._shards_for.clear()
+
+    def _time_transfer(self, index: int) -> float:
+        """Seconds for one gradient buffer to the reduction device and the parameters back."""
+        device = self.devices[index]
+        if device == self.reduce_device:
+            return 0.0
+        params = [p.detach() for p in self.replicas[index].parameters()]
+        if not params:
+            return 0.0
+        with torch.no_grad(), device_context(device):
+            start = time.perf_counter()
+            flat = _flatten_dense_tensors(params).to(self.reduce_device)
+            back = flat.to(device)
+            synchronize_device(self.reduce_device)
+            synchronize_device(device)
+            del back
+            return time.perf_counter() - start
+
+    # -- checkpointing
+
+    def state_dict(self) -> dict:
+        return {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "balancer": self.balancer.state_dict(), "steps": self.steps,
+                "devices": [str(d) for d in self.devices]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.balancer.load_state_dict(state["balancer"])
+        self.steps = int(state["steps"])
+        self._shards_for.clear()
+        self.broadcast()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+    def __del__(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)

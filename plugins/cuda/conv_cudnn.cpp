@@ -1,0 +1,409 @@
+// conv_cudnn.cpp — convolution_overrideable and convolution_backward_overrideable for 2-D
+// convolutions (4-D NCHW tensors, groups, stride, padding, dilation) through cuDNN's
+// convolution API. Transposed convolutions and 1-D/3-D ones answer FL_ERR_NOT_SUPPORTED.
+// Algorithms come from cuDNN's heuristics (cudnnGet*_v7, no benchmarking runs), the first
+// one that runs is cached per shape; a call with FL_CALL_DETERMINISTIC only takes
+// deterministic algorithms, FL_CALL_PRECISE disables TF32. Workspaces are stream-ordered
+// allocations. Bias add and bias gradient use the plugin's own elementwise/reduction kernels.
+#include "conv_cudnn.hpp"
+#include "copy_kernels.hpp"
+#include "device_state.hpp"
+#include "gpu_check.hpp"
+#include "kernel_glue.hpp"
+#include "kernels.hpp"
+#include "reduce.hpp"
+#include "scratch_buffer.hpp"
+
+#include <cudnn.h>
+
+#include <array>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace fl::cuda {
+
+// elementwise_arith.cu: out += addend (broadcast), in place.
+void launch_add_inplace(const fl_tensor& out, const fl_tensor& addend, const LaunchContext& ctx);
+
+namespace {
+
+void check_dnn(cudnnStatus_t status, const char* what) {
+  if (status == CUDNN_STATUS_SUCCESS) return;
+  if (status == CUDNN_STATUS_ALLOC_FAILED)
+    plugin::raise(FL_ERR_OUT_OF_MEMORY, std::string(what) + ": " + cudnnGetErrorString(status));
+  plugin::raise(FL_ERR_DEVICE, std::string(what) + ": " + cudnnGetErrorString(status));
+}
+
+enum class Pass { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
+
+// Everything an algorithm choice depends on.
+using ConvKey = std::tuple<int, int, std::array<int64_t, 4>, std::array<int64_t, 4>, std::array<int, 6>, int, int>;
+
+struct ConvDevice {
+  std::mutex mutex;
+  cudnnHandle_t handle = nullptr;
+  std::map<ConvKey, int> algos;  // ConvKey -> algorithm enum value
+};
+
+std::mutex g_conv_mutex;
+std::vector<std::unique_ptr<ConvDevice>> g_conv;
+
+ConvDevice& conv_device(int32_t device) {
+  std::lock_guard<std::mutex> lock(g_conv_mutex);
+  if (g_conv.size() <= static_cast<size_t>(device)) g_conv.resize(static_cast<size_t>(device) + 1);
+  auto& slot = g_conv[static_cast<size_t>(device)];
+  if (!slot) slot = std::make_unique<ConvDevice>();
+  return *slot;
+}
+
+// RAII holders for cuDNN descriptors.
+struct TensorDesc {
+  cudnnTensorDescriptor_t d = nullptr;
+  TensorDesc() { check_dnn(cudnnCreateTensorDescriptor(&d), "cudnnCreateTensorDescriptor"); }
+  ~TensorDesc() { (void)cudnnDestroyTensorDescriptor(d); }
+};
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc() { check_dnn(cudnnCreateFilterDescriptor(&d), "cudnnCreateFilterDescriptor"); }
+  ~FilterDesc() { (void)cudnnDestroyFilterDescriptor(d); }
+};
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc() { check_dnn(cudnnCreateConvolutionDescriptor(&d), "cudnnCreateConvolutionDescriptor"); }
+  ~ConvDesc() { (void)cudnnDestroyConvolutionDescriptor(d); }
+};
+
+cudnnDataType_t dnn_type(fl_dtype_t dt) {
+  switch (dt) {
+    case FL_DTYPE_FLOAT32: return CUDNN_DATA_FLOAT;
+    case FL_DTYPE_FLOAT64: return CUDNN_DATA_DOUBLE;
+    case FL_DTYPE_FLOAT16: return CUDNN_DATA_HALF;
+    case FL_DTYPE_BFLOAT16: return CUDNN_DATA_BFLOAT16;
+    default: plugin::raise(FL_ERR_NOT_SUPPORTED, std::string("convolution dtype ") + plugin::dtype_name(dt));
+  }
+}
+
+void set_tensor(TensorDesc& desc, const fl_tensor& t) {
+  int dims[4], strides[4];
+  for (int i = 0; i < 4; ++i) {
+    dims[i] = static_cast<int>(t.shape[i]);
+    strides[i] = static_cast<int>(t.strides[i]);
+  }
+  check_dnn(cudnnSetTensorNdDescriptor(desc.d, dnn_type(t.dtype), 4, dims, strides), "cudnnSetTensorNdDescriptor");
+}
+
+void set_filter(FilterDesc& desc, const fl_tensor& w) {
+  check_dnn(cudnnSetFilter4dDescriptor(desc.d, dnn_type(w.dtype), CUDNN_TENSOR_NCHW, static_cast<int>(w.shape[0]),
+                                       static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
+                                       static_cast<int>(w.shape[3])),
+            "cudnnSetFilter4dDescriptor");
+}
+
+struct ConvParams {
+  int stride[2] = {1, 1};
+  int pad[2] = {0, 0};
+  int dilation[2] = {1, 1};
+  int groups = 1;
+};
+
+int pick(const std::vector<int64_t>& v, size_t i, int fallback) {
+  if (v.empty()) return fallback;
+  return static_cast<int>(v.size() == 1 ? v[0] : v[i]);
+}
+
+// Reads (stride, padding, dilation, transposed, output_padding, groups) at inputs first..first+5.
+ConvParams conv_params(const Args& a, int32_t first, const char* name) {
+  ConvParams p;
+  const std::vector<int64_t> s = a.ints(first), pd = a.ints(first + 1), d = a.ints(first + 2);
+  if (s.size() > 2 || pd.size() > 2 || d.size() > 2)
+    plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": only 2-D convolutions are handled");
+  if (a.boolean(first + 3)) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": transposed convolution");
+  for (size_t i = 0; i < 2; ++i) {
+    p.stride[i] = pick(s, i, 1);
+    p.pad[i] = pick(pd, i, 0);
+    p.dilation[i] = pick(d, i, 1);
+  }
+  p.groups = static_cast<int>(a.integer(first + 5));
+  if (p.groups < 1 || p.stride[0] < 1 || p.stride[1] < 1 || p.dilation[0] < 1 || p.dilation[1] < 1 ||
+      p.pad[0] < 0 || p.pad[1] < 0)
+    plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": bad stride/padding/dilation/groups");
+  return p;
+}
+
+void set_conv(ConvDesc& desc, const ConvParams& p, fl_dtype_t dt, bool precise) {
+  const cudnnDataType_t compute = dt == FL_DTYPE_FLOAT64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  check_dnn(cudnnSetConvolution2dDescriptor(desc.d, p.pad[0], p.pad[1], p.stride[0], p.stride[1], p.dilation[0],
+                                            p.dilation[1], CUDNN_CROSS_CORRELATION, compute),
+            "cudnnSetConvolution2dDescriptor");
+  check_dnn(cudnnSetConvolutionGroupCount(desc.d, p.groups), "cudnnSetConvolutionGroupCount");
+  cudnnMathType_t math = CUDNN_TENSOR_OP_MATH;
+  if (dt == FL_DTYPE_FLOAT64) math = CUDNN_DEFAULT_MATH;
+  else if (dt == FL_DTYPE_FLOAT32 && precise) math = CUDNN_FMA_MATH;
+  check_dnn(cudnnSetConvolutionMathType(desc.d, math), "cudnnSetConvolutionMathType");
+}
+
+void check_4d(const fl_tensor& t, const char* what, const char* name) {
+  if (t.ndim != 4)
+    plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": " + what + " is " + std::to_string(t.ndim) +
+                                            "-D (only 2-D convolutions, 4-D tensors, are handled)");
+  for (int i = 0; i < 4; ++i)
+    if (t.shape[i] > 2147483647LL || t.strides[i] > 2147483647LL)
+      plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": dimension beyond int32");
+}
+
+ConvKey make_key(Pass pass, const fl_tensor& x, const fl_tensor& w, const ConvParams& p, uint32_t flags) {
+  return ConvKey{static_cast<int>(pass), static_cast<int>(x.dtype),
+                 {x.shape[0], x.shape[1], x.shape[2], x.shape[3]},
+                 {w.shape[0], w.shape[1], w.shape[2], w.shape[3]},
+                 {p.stride[0], p.stride[1], p.pad[0], p.pad[1], p.dilation[0], p.dilation[1]},
+                 p.groups, static_cast<int>(flags & (FL_CALL_PRECISE | FL_CALL_DETERMINISTIC))};
+}
+
+// Candidate algorithms for one pass, best first, filtered by status and determinism.
+template <class Perf, class GetFn>
+std::vector<int> candidates(GetFn get, bool deterministic, const char* what) {
+  constexpr int kMax = 16;
+  Perf perf[kMax];
+  int returned = 0;
+  check_dnn(get(kMax, &returned, perf), what);
+  std::vector<int> out;
+  for (int i = 0; i < returned; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+    out.push_back(static_cast<int>(perf[i].algo));
+  }
+  return out;
+}
+
+// Runs `run(algo)` with the cached algorithm, or tries the candidates in order until one is
+// accepted (cuDNN refuses an unsupported configuration before launching anything).
+template <class Candidates, class Run>
+void run_with_algo(ConvDevice& dev, const ConvKey& key, Candidates&& list, Run&& run, const char* name) {
+  auto it = dev.algos.find(key);
+  if (it != dev.algos.end()) {
+    check_dnn(run(it->second), name);
+    return;
+  }
+  cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
+  for (int algo : list()) {
+    last = run(algo);
+    if (last == CUDNN_STATUS_SUCCESS) {
+      dev.algos[key] = algo;
+      return;
+    }
+    if (last != CUDNN_STATUS_NOT_SUPPORTED) break;
+  }
+  check_dnn(last, name);
+}
+
+cudnnHandle_t handle_for(ConvDevice& dev, gpuStream_t stream) {
+  if (dev.handle == nullptr) check_dnn(cudnnCreate(&dev.handle), "cudnnCreate");
+  check_dnn(cudnnSetStream(dev.handle, stream), "cudnnSetStream");
+  return dev.handle;
+}
+
+struct Scalars {
+  float f_one = 1.0f, f_zero = 0.0f;
+  double d_one = 1.0, d_zero = 0.0;
+  const void* one(fl_dtype_t dt) const { return dt == FL_DTYPE_FLOAT64 ? static_cast<const void*>(&d_one) : &f_one; }
+  const void* zero(fl_dtype_t dt) const { return dt == FL_DTYPE_FLOAT64 ? static_cast<const void*>(&d_zero) : &f_zero; }
+};
+
+bool requested(const Args& a, int32_t i) {
+  return i < a.num_outputs() && !plugin::is_undefined(a.output(i)) && a.output(i).data != nullptr;
+}
+
+}  // namespace
+
+void shutdown_conv() {
+  std::lock_guard<std::mutex> lock(g_conv_mutex);
+  for (size_t i = 0; i < g_conv.size(); ++i) {
+    if (!g_conv[i]) continue;
+    (void)gpuSetDevice(static_cast<int>(i));
+    if (g_conv[i]->handle != nullptr) (void)cudnnDestroy(g_conv[i]->handle);
+  }
+  g_conv.clear();
+}
+
+// convolution_overrideable(input, weight, bias?, stride, padding, dilation, transposed,
+// output_padding, groups) -> out
+FL_CUDA_KERNEL(k_convolution) {
+  return plugin::guard([&] {
+    const char* name = "aten::convolution_overrideable";
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const fl_tensor& x = device_tensor(a, 0, name);
+    const fl_tensor& w = device_tensor(a, 1, name);
+    const ConvParams p = conv_params(a, 3, name);
+    const fl_tensor& y = a.output(0);
+    check_4d(x, "input", name);
+    check_4d(w, "weight", name);
+    check_4d(y, "output", name);
+    if (x.dtype != w.dtype || y.dtype != x.dtype)
+      plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": mixed dtypes");
+    const fl_tensor* bias = a.is_none(2) ? nullptr : &device_tensor(a, 2, name);
+    if (bias != nullptr && (bias->ndim != 1 || bias->shape[0] != y.shape[1]))
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": bias must be 1-D of out_channels");
+    if (plugin::numel(y) == 0) return;
+    const bool precise = (call->flags & FL_CALL_PRECISE) != 0;
+    const bool deterministic = (call->flags & FL_CALL_DETERMINISTIC) != 0;
+
+    TensorDesc xd, yd;
+    FilterDesc wd;
+    ConvDesc cd;
+    set_tensor(xd, x);
+    set_tensor(yd, y);
+    set_filter(wd, w);
+    set_conv(cd, p, x.dtype, precise);
+    const Scalars sc;
+    ConvDevice& dev = conv_device(ctx.device);
+    {
+      std::lock_guard<std::mutex> lock(dev.mutex);
+      cudnnHandle_t h = handle_for(dev, ctx.stream);
+      auto list = [&] {
+        return candidates<cudnnConvolutionFwdAlgoPerf_t>(
+            [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* perf) {
+              return cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, n, got, perf);
+            },
+            deterministic, "cudnnGetConvolutionForwardAlgorithm_v7");
+      };
+      auto run = [&](int algo) -> cudnnStatus_t {
+        const auto alg = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
+        size_t ws_bytes = 0;
+        cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(h, xd.d, wd.d, cd.d, yd.d, alg, &ws_bytes);
+        if (st != CUDNN_STATUS_SUCCESS) return st;
+        ScratchBuffer ws(ws_bytes, ctx.stream);
+        return cudnnConvolutionForward(h, sc.one(x.dtype), xd.d, plugin::data_ptr<const void>(x), wd.d,
+                                       plugin::data_ptr<const void>(w), cd.d, alg, ws.get(), ws_bytes,
+                                       sc.zero(x.dtype), yd.d, plugin::data_ptr<void>(y));
+      };
+      run_with_algo(dev, make_key(Pass::Forward, x, w, p, call->flags), list, run, "cudnnConvolutionForward");
+    }
+    if (bias != nullptr) {
+      // bias (C) viewed as (C, 1, 1), broadcast over (N, C, H, W).
+      const int64_t shape[3] = {bias->shape[0], 1, 1};
+      const int64_t strides[3] = {bias->strides[0], 0, 0};
+      fl_tensor view = *bias;
+      view.ndim = 3;
+      view.shape = shape;
+      view.strides = strides;
+      launch_add_inplace(y, view, ctx);
+    }
+  });
+}
+
+// convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation,
+// transposed, output_padding, groups, output_mask[3]) -> (grad_input, grad_weight, grad_bias)
+FL_CUDA_KERNEL(k_convolution_backward) {
+  return plugin::guard([&] {
+    const char* name = "aten::convolution_backward_overrideable";
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const fl_tensor& dy = device_tensor(a, 0, name);
+    const fl_tensor& x = device_tensor(a, 1, name);
+    const fl_tensor& w = device_tensor(a, 2, name);
+    const ConvParams p = conv_params(a, 3, name);
+    std::vector<bool> mask = {true, true, true};
+    if (!a.is_none(9)) mask = a.bools(9);
+    if (mask.size() != 3) plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output_mask must have 3 entries");
+    const bool want_dx = mask[0] && requested(a, 0);
+    const bool want_dw = mask[1] && requested(a, 1);
+    const bool want_db = mask[2] && requested(a, 2);
+    check_4d(dy, "grad_output", name);
+    check_4d(x, "input", name);
+    check_4d(w, "weight", name);
+    if (dy.dtype != x.dtype || w.dtype != x.dtype) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": mixed dtypes");
+    if (want_dx) {
+      check_4d(a.output(0), "grad_input", name);
+      if (a.output(0).dtype != x.dtype) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": grad_input dtype");
+    }
+    if (want_dw) {
+      check_4d(a.output(1), "grad_weight", name);
+      if (a.output(1).dtype != x.dtype) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": grad_weight dtype");
+    }
+    if (want_db && (a.output(2).ndim != 1 || a.output(2).shape[0] != dy.shape[1]))
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": grad_bias must be 1-D of out_channels");
+    const bool precise = (call->flags & FL_CALL_PRECISE) != 0;
+    const bool deterministic = (call->flags & FL_CALL_DETERMINISTIC) != 0;
+    const bool empty = plugin::numel(dy) == 0 || plugin::numel(x) == 0 || plugin::numel(w) == 0;
+
+    TensorDesc xd, dyd;
+    FilterDesc wd;
+    ConvDesc cd;
+    set_tensor(xd, x);
+    set_tensor(dyd, dy);
+    set_filter(wd, w);
+    set_conv(cd, p, x.dtype, precise);
+    const Scalars sc;
+    ConvDevice& dev = conv_device(ctx.device);
+    if (empty) {
+      for (int i = 0; i < 2; ++i) {
+        const bool want = i == 0 ? want_dx : want_dw;
+        const int64_t n = want ? plugin::numel(a.output(i)) : 0;
+        if (n > 0)
+          check_gpu(gpuMemsetAsync(plugin::data_ptr<void>(a.output(i)), 0,
+                                   static_cast<size_t>(n) * plugin::dtype_size(x.dtype), ctx.stream),
+                    "cudaMemsetAsync");
+      }
+    } else {
+      std::lock_guard<std::mutex> lock(dev.mutex);
+      cudnnHandle_t h = handle_for(dev, ctx.stream);
+      if (want_dx) {
+        const fl_tensor& dx = a.output(0);
+        TensorDesc dxd;
+        set_tensor(dxd, dx);
+        auto list = [&] {
+          return candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
+              [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
+                return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, dyd.d, cd.d, dxd.d, n, got, perf);
+              },
+              deterministic, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+        };
+        auto run = [&](int algo) -> cudnnStatus_t {
+          const auto alg = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
+          size_t ws_bytes = 0;
+          cudnnStatus_t st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd.d, dyd.d, cd.d, dxd.d, alg, &ws_bytes);
+          if (st != CUDNN_STATUS_SUCCESS) return st;
+          ScratchBuffer ws(ws_bytes, ctx.stream);
+          return cudnnConvolutionBackwardData(h, sc.one(x.dtype), wd.d, plugin::data_ptr<const void>(w), dyd.d,
+                                              plugin::data_ptr<const void>(dy), cd.d, alg, ws.get(), ws_bytes,
+                                              sc.zero(x.dtype), dxd.d, plugin::data_ptr<void>(dx));
+        };
+        run_with_algo(dev, make_key(Pass::BackwardData, x, w, p, call->flags), list, run,
+                      "cudnnConvolutionBackwardData");
+      }
+      if (want_dw) {
+        const fl_tensor& dw = a.output(1);
+        FilterDesc dwd;
+        set_filter(dwd, dw);
+        auto list = [&] {
+          return candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
+              [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
+                return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, dyd.d, cd.d, dwd.d, n, got, perf);
+              },
+              deterministic, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+        };
+        auto run = [&](int algo) -> cudnnStatus_t {
+          const auto alg = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
+          size_t ws_bytes = 0;
+          cudnnStatus_t st =
+              cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd.d, dyd.d, cd.d, dwd.d, alg, &ws_bytes);
+          if (st != CUDNN_STATUS_SUCCESS) return st;
+          ScratchBuffer ws(ws_bytes, ctx.stream);
+          return cudnnConvolutionBackwardFilter(h, sc.one(x.dtype), xd.d, plugin::data_ptr<const void>(x), dyd.d,
+                                                plugin::data_ptr<const void>(dy), cd.d, alg, ws.get(), ws_bytes,
+                                                sc.zero(x.dtype), dwd.d, plugin::data_ptr<void>(dw));
+        };
+        run_with_algo(dev, make_key(Pass::BackwardFilter, x, w, p, call->flags), list, run,
+                      "cudnnConvolutionBackwardFilter");
+      }
+    }
+    if (want_db) launch_sum(dy, {0, 2, 3}, a.output(2), ctx);
+  });
+}
+
+}  // namespace fl::cuda

@@ -1,0 +1,188 @@
+// device_state.cpp — plugin-wide state: devices found at init, their default streams, cached
+// properties, and the RNG seed. Written only by init and shutdown (which the ABI calls with
+// no other entry running); read concurrently by everything else.
+#include "device_state.hpp"
+
+#include "gpu_check.hpp"
+#include "plugin_state.hpp"
+
+#include <plugin_support.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fl::cuda {
+namespace {
+
+// PyTorch's default generator seed, so an unseeded run is reproducible from run to run.
+constexpr uint64_t kDefaultSeed = 67280421310721ull;
+constexpr uint64_t kScratchPoolKeepBytes = 256ull << 20;
+
+struct PluginState {
+  bool initialized = false;
+  const fl_host_services* host = nullptr;
+  uint64_t seed = kDefaultSeed;
+  std::vector<std::unique_ptr<DeviceState>> devices;
+  std::vector<CachedProperties> properties;
+};
+
+PluginState& state() {
+  static PluginState s;
+  return s;
+}
+
+std::string format_uuid(const unsigned char* b) {
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+                b[13], b[14], b[15]);
+  return text;
+}
+
+// Parses "key=value;key=value". Unknown keys are logged and ignored.
+void apply_options(const std::string& options, PluginState& s) {
+  size_t start = 0;
+  while (start <= options.size()) {
+    size_t end = options.find(';', start);
+    if (end == std::string::npos) end = options.size();
+    const std::string item = options.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    const std::string value = eq == std::string::npos ? "" : item.substr(eq + 1);
+    if (key == "seed") {
+      try {
+        s.seed = std::stoull(value, nullptr, 0);
+      } catch (const std::exception&) {
+        plugin::raise(FL_ERR_INVALID_ARGUMENT, "option seed=" + value + " is not an integer");
+      }
+    } else {
+      log_message(FL_LOG_WARN, "cuda plugin: ignoring unknown option '" + key + "'");
+    }
+  }
+}
+
+}  // namespace
+
+void log_message(int32_t level, const std::string& message) {
+  const fl_host_services* host = state().host;
+  if (host != nullptr && host->struct_size > offsetof(fl_host_services, log) && host->log != nullptr)
+    host->log(host->user_data, level, message.c_str());
+}
+
+void init_plugin_state(const fl_host_services* host, const std::string& options) {
+  PluginState& s = state();
+  if (s.initialized) plugin::raise(FL_ERR_INVALID_ARGUMENT, "cuda plugin: init called twice");
+  s.host = host;
+  s.seed = kDefaultSeed;
+  apply_options(options, s);
+
+  int count = 0;
+  const gpuError_t err = gpuGetDeviceCount(&count);
+  if (err != gpuSuccess) {
+    (void)gpuGetLastError();
+    plugin::raise(FL_ERR_NO_DEVICE, std::string("no CUDA driver or device: ") + gpuGetErrorString(err) +
+                                        " (" + gpuGetErrorName(err) + ")");
+  }
+  if (count <= 0) plugin::raise(FL_ERR_NO_DEVICE, "no CUDA device visible (cudaGetDeviceCount = 0)");
+
+  std::vector<std::unique_ptr<DeviceState>> devices;
+  std::vector<CachedProperties> properties;
+  try {
+    for (int i = 0; i < count; ++i) {
+      check_gpu(gpuSetDevice(i), "cudaSetDevice");
+      gpuDeviceProp_t prop{};
+      check_gpu(gpuGetDeviceProperties(&prop, i), "cudaGetDeviceProperties");
+      auto dev = std::make_unique<DeviceState>();
+      dev->index = i;
+      dev->sm_count = prop.multiProcessorCount;
+      check_gpu(gpuStreamCreateWithPriority(&dev->default_stream, gpuStreamNonBlocking, 0),
+                "cudaStreamCreateWithPriority (default stream)");
+      // Scratch memory (cudaMallocAsync: cuDNN workspaces, reduction partials) stays cached
+      // in the device's default pool up to this size instead of going back at every sync.
+      gpuMemPool_t pool = nullptr;
+      check_gpu(gpuDeviceGetDefaultMemPool(&pool, i), "cudaDeviceGetDefaultMemPool");
+      uint64_t threshold = kScratchPoolKeepBytes;
+      check_gpu(gpuMemPoolSetAttribute(pool, gpuMemPoolAttrReleaseThreshold, &threshold),
+                "cudaMemPoolSetAttribute");
+      CachedProperties p;
+      p.name = prop.name;
+      p.stable_id = format_uuid(reinterpret_cast<const unsigned char*>(prop.uuid.bytes));
+      p.total_memory = prop.totalGlobalMem;
+      p.sm_count = prop.multiProcessorCount;
+      p.pci_bus_id = prop.pciBusID;
+      p.compute_capability = prop.major * 10 + prop.minor;
+      properties.push_back(p);
+      devices.push_back(std::move(dev));
+      log_message(FL_LOG_INFO, "cuda plugin: device " + std::to_string(i) + " " + p.name + " " +
+                                   p.stable_id + " sm_" + std::to_string(p.compute_capability));
+    }
+  } catch (...) {
+    for (auto& d : devices)
+      if (d->default_stream != nullptr) (void)gpuStreamDestroy(d->default_stream);
+    throw;
+  }
+  s.devices = std::move(devices);
+  s.properties = std::move(properties);
+  s.initialized = true;
+}
+
+void shutdown_plugin_state() {
+  PluginState& s = state();
+  for (auto& d : s.devices) {
+    (void)gpuSetDevice(d->index);
+    (void)gpuDeviceSynchronize();
+    if (d->default_stream != nullptr) (void)gpuStreamDestroy(d->default_stream);
+  }
+  s.devices.clear();
+  s.properties.clear();
+  s.initialized = false;
+  s.host = nullptr;
+}
+
+int32_t device_count_or_zero() {
+  return state().initialized ? static_cast<int32_t>(state().devices.size()) : 0;
+}
+
+DeviceState& device_state(int32_t device) {
+  PluginState& s = state();
+  if (!s.initialized) plugin::raise(FL_ERR_NO_DEVICE, "cuda plugin is not initialized");
+  if (device < 0 || device >= static_cast<int32_t>(s.devices.size()))
+    plugin::raise(FL_ERR_INVALID_ARGUMENT, "cuda plugin: no device " + std::to_string(device) +
+                                               " (have " + std::to_string(s.devices.size()) + ")");
+  return *s.devices[static_cast<size_t>(device)];
+}
+
+const CachedProperties& device_properties(int32_t device) {
+  (void)device_state(device);
+  return state().properties[static_cast<size_t>(device)];
+}
+
+void activate_device(int32_t device) {
+  (void)device_state(device);
+  check_gpu(gpuSetDevice(device), "cudaSetDevice");
+}
+
+gpuStream_t resolve_stream(int32_t device, fl_stream_t stream) {
+  if (stream != nullptr) return reinterpret_cast<gpuStream_t>(stream);
+  return device_state(device).default_stream;
+}
+
+uint64_t rng_seed() { return state().seed; }
+
+LaunchContext begin_kernel(const fl_kernel_call* call) {
+  if (call == nullptr) plugin::raise(FL_ERR_INVALID_ARGUMENT, "kernel called with a NULL call");
+  DeviceState& d = device_state(call->device);
+  check_gpu(gpuSetDevice(call->device), "cudaSetDevice");
+  LaunchContext ctx;
+  ctx.stream = call->stream != nullptr ? reinterpret_cast<gpuStream_t>(call->stream) : d.default_stream;
+  ctx.sm_count = d.sm_count;
+  ctx.device = call->device;
+  return ctx;
+}
+
+}  // namespace fl::cuda

@@ -1,0 +1,224 @@
+// elementwise_arith.cu — add, sub, mul, div (true / trunc / floor), pow, lerp, addcmul,
+// addcdiv: ATen semantics, computed in float for the half types (opmath), double for
+// float64, int64 for the integer types where ATen allows integers.
+#include "elementwise.cuh"
+#include "kernels.hpp"
+#include "kernel_glue.hpp"
+
+namespace fl::cuda {
+namespace {
+
+using dmath::isnan_;
+
+template <class C>
+struct AddOp : OpTraits {
+  C alpha;
+  explicit AddOp(const OpParams& q) : alpha(static_cast<C>(q.a)) {}
+  __device__ C operator()(C a, C b) const { return a + alpha * b; }
+};
+
+template <class C>
+struct SubOp : OpTraits {
+  C alpha;
+  explicit SubOp(const OpParams& q) : alpha(static_cast<C>(q.a)) {}
+  __device__ C operator()(C a, C b) const { return a - alpha * b; }
+};
+
+template <class C>
+struct MulOp : OpTraits {
+  explicit MulOp(const OpParams&) {}
+  __device__ C operator()(C a, C b) const { return a * b; }
+};
+
+template <class C>
+struct DivTrueOp : FloatOnly {
+  explicit DivTrueOp(const OpParams&) {}
+  __device__ C operator()(C a, C b) const { return a / b; }
+};
+
+// Integer division by zero gives 0 here (ATen raises); float division follows IEEE.
+template <class C>
+struct DivTruncOp : OpTraits {
+  explicit DivTruncOp(const OpParams&) {}
+  __device__ C operator()(C a, C b) const {
+    if constexpr (std::is_floating_point_v<C>) return dmath::trunc_(a / b);
+    else return b == 0 ? C(0) : a / b;
+  }
+};
+
+template <class C>
+struct DivFloorOp : OpTraits {
+  explicit DivFloorOp(const OpParams&) {}
+  __device__ C operator()(C a, C b) const {
+    if constexpr (std::is_floating_point_v<C>) {
+      // ATen's div_floor_floating.
+      if (b == C(0)) return a / b;
+      const C mod = dmath::fmod_(a, b);
+      C div = (a - mod) / b;
+      if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) div -= C(1);
+      C floordiv;
+      if (div != C(0)) {
+        floordiv = dmath::floor_(div);
+        if (div - floordiv > C(0.5)) floordiv += C(1);
+      } else {
+        floordiv = dmath::copysign_(C(0), a / b);
+      }
+      return floordiv;
+    } else {
+      if (b == 0) return C(0);
+      C q = a / b;
+      if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
+      return q;
+    }
+  }
+};
+
+template <class C>
+struct PowOp : FloatOnly {
+  explicit PowOp(const OpParams&) {}
+  __device__ C operator()(C a, C b) const { return dmath::pow_(a, b); }
+};
+
+// pow(x, scalar) with the common exponents done exactly as ATen's pow_tensor_scalar does.
+template <class C>
+struct PowScalarOp : FloatOnly {
+  C e;
+  int kind;  // 0 general, 1: e == 2, 2: e == 0.5, 3: e == -1, 4: e == 1, 5: e == 3, 6: e == -0.5, 7: e == -2
+  explicit PowScalarOp(const OpParams& q) : e(static_cast<C>(q.a)), kind(q.mode) {}
+  __device__ C operator()(C a) const {
+    switch (kind) {
+      case 1: return a * a;
+      case 2: return dmath::sqrt_(a);
+      case 3: return C(1) / a;
+      case 4: return a;
+      case 5: return a * a * a;
+      case 6: return dmath::rsqrt_(a);
+      case 7: return C(1) / (a * a);
+      default: return dmath::pow_(a, e);
+    }
+  }
+};
+
+template <class C>
+struct LerpOp : FloatOnly {
+  explicit LerpOp(const OpParams&) {}
+  __device__ C operator()(C self, C end, C w) const {
+    const C diff = end - self;
+    return dmath::abs_(w) < C(0.5) ? self + w * diff : end - diff * (C(1) - w);
+  }
+};
+
+template <class C>
+struct AddcmulOp : OpTraits {
+  C value;
+  explicit AddcmulOp(const OpParams& q) : value(static_cast<C>(q.a)) {}
+  __device__ C operator()(C self, C t1, C t2) const { return self + value * t1 * t2; }
+};
+
+template <class C>
+struct AddcdivOp : FloatOnly {
+  C value;
+  explicit AddcdivOp(const OpParams& q) : value(static_cast<C>(q.a)) {}
+  __device__ C operator()(C self, C t1, C t2) const { return self + value * (t1 / t2); }
+};
+
+double optional_number(const Args& a, int32_t i, double fallback) {
+  return a.is_none(i) ? fallback : a.number(i);
+}
+
+template <template <class> class Op, int N>
+fl_status_t run_arith(const fl_kernel_call* call, const char* name, const std::vector<int32_t>& inputs,
+                      const OpParams& q) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    std::vector<ElementwiseInput> ins;
+    for (int32_t i : inputs) ins.push_back(elementwise_input(a, i));
+    const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    launch_elementwise<Op, N>(name, p, compute_kind_for(p, ins, true), q, ctx);
+  });
+}
+
+OpParams params_a(double a) {
+  OpParams q;
+  q.a = a;
+  return q;
+}
+
+}  // namespace
+
+FL_CUDA_KERNEL(k_add_out) {
+  return plugin::guard([&] {
+    Args a(call);
+    return run_arith<AddOp, 2>(call, "aten::add", {0, 1}, params_a(optional_number(a, 2, 1.0)));
+  });
+}
+
+FL_CUDA_KERNEL(k_sub_out) {
+  return plugin::guard([&] {
+    Args a(call);
+    return run_arith<SubOp, 2>(call, "aten::sub", {0, 1}, params_a(optional_number(a, 2, 1.0)));
+  });
+}
+
+FL_CUDA_KERNEL(k_mul_out) { return run_arith<MulOp, 2>(call, "aten::mul", {0, 1}, OpParams{}); }
+
+// div.out / div.Scalar_out (2 inputs) and div.out_mode / div.Scalar_mode_out (rounding_mode).
+FL_CUDA_KERNEL(k_div_out) {
+  return plugin::guard([&] {
+    Args a(call);
+    const std::string mode = a.size() > 2 ? optional_string(a, 2) : "";
+    if (mode.empty()) return run_arith<DivTrueOp, 2>(call, "aten::div", {0, 1}, OpParams{});
+    if (mode == "trunc") return run_arith<DivTruncOp, 2>(call, "aten::div(trunc)", {0, 1}, OpParams{});
+    if (mode == "floor") return run_arith<DivFloorOp, 2>(call, "aten::div(floor)", {0, 1}, OpParams{});
+    plugin::raise(FL_ERR_INVALID_ARGUMENT, "aten::div: rounding_mode '" + mode + "' is not trunc or floor");
+  });
+}
+
+FL_CUDA_KERNEL(k_pow_tensor_scalar_out) {
+  return plugin::guard([&] {
+    Args a(call);
+    const double e = a.number(1);
+    OpParams q;
+    q.a = e;
+    q.mode = e == 2.0 ? 1 : e == 0.5 ? 2 : e == -1.0 ? 3 : e == 1.0 ? 4 : e == 3.0 ? 5 : e == -0.5 ? 6
+           : e == -2.0 ? 7 : 0;
+    return run_arith<PowScalarOp, 1>(call, "aten::pow.Tensor_Scalar", {0}, q);
+  });
+}
+
+// pow.Tensor_Tensor_out(self, exponent) and pow.Scalar_out(Scalar self, exponent).
+FL_CUDA_KERNEL(k_pow_out) { return run_arith<PowOp, 2>(call, "aten::pow", {0, 1}, OpParams{}); }
+
+// lerp.Scalar_out (weight a Scalar) and lerp.Tensor_out (weight a tensor).
+FL_CUDA_KERNEL(k_lerp_out) { return run_arith<LerpOp, 3>(call, "aten::lerp", {0, 1, 2}, OpParams{}); }
+
+FL_CUDA_KERNEL(k_addcmul_out) {
+  return plugin::guard([&] {
+    Args a(call);
+    return run_arith<AddcmulOp, 3>(call, "aten::addcmul", {0, 1, 2}, params_a(optional_number(a, 3, 1.0)));
+  });
+}
+
+FL_CUDA_KERNEL(k_addcdiv_out) {
+  return plugin::guard([&] {
+    Args a(call);
+    return run_arith<AddcdivOp, 3>(call, "aten::addcdiv", {0, 1, 2}, params_a(optional_number(a, 3, 1.0)));
+  });
+}
+
+}  // namespace fl::cuda
+
+namespace fl::cuda {
+
+// out += addend (broadcast to out), in place; used for convolution bias.
+void launch_add_inplace(const fl_tensor& out, const fl_tensor& addend, const LaunchContext& ctx) {
+  ElementwiseInput self, other;
+  self.tensor = &out;
+  other.tensor = &addend;
+  const std::vector<ElementwiseInput> ins = {self, other};
+  const ElementwiseOperands p = plan_elementwise(out, ins);
+  launch_elementwise<AddOp, 2>("add", p, compute_kind_for(p, ins, true), params_a(1.0), ctx);
+}
+
+}  // namespace fl::cuda

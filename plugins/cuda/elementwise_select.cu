@@ -1,0 +1,141 @@
+// elementwise_select.cu — maximum, minimum, clamp (Scalar and Tensor bounds), where, and the
+// comparisons eq/ne/lt/le/gt/ge (bool output, compared in the promoted input type). NaN
+// propagates through maximum/minimum/clamp as in ATen.
+#include "elementwise.cuh"
+#include "kernels.hpp"
+#include "kernel_glue.hpp"
+
+namespace fl::cuda {
+namespace {
+
+using dmath::isnan_;
+
+template <class C>
+__device__ __forceinline__ C nan_max(C a, C b) {
+  if (isnan_(a)) return a;
+  if (isnan_(b)) return b;
+  return a > b ? a : b;
+}
+template <class C>
+__device__ __forceinline__ C nan_min(C a, C b) {
+  if (isnan_(a)) return a;
+  if (isnan_(b)) return b;
+  return a < b ? a : b;
+}
+
+template <class C>
+struct MaximumOp : OpTraits {
+  explicit MaximumOp(const OpParams&) {}
+  __device__ C operator()(C a, C b) const { return nan_max(a, b); }
+};
+
+template <class C>
+struct MinimumOp : OpTraits {
+  explicit MinimumOp(const OpParams&) {}
+  __device__ C operator()(C a, C b) const { return nan_min(a, b); }
+};
+
+// mode bit 1: a lower bound is present; bit 2: an upper bound is present.
+template <class C>
+struct ClampOp : OpTraits {
+  int mode;
+  explicit ClampOp(const OpParams& q) : mode(q.mode) {}
+  __device__ C operator()(C x, C lo, C hi) const {
+    if (mode & 1) x = nan_max(x, lo);
+    if (mode & 2) x = nan_min(x, hi);
+    return x;
+  }
+};
+
+template <class C>
+struct WhereOp : OpTraits {
+  explicit WhereOp(const OpParams&) {}
+  __device__ C operator()(C cond, C a, C b) const { return cond != C(0) ? a : b; }
+};
+
+enum CompareKind { kEq, kNe, kLt, kLe, kGt, kGe };
+
+template <class C>
+struct CompareOp : OpTraits {
+  static constexpr bool kBoolOut = true;
+  int kind;
+  explicit CompareOp(const OpParams& q) : kind(q.mode) {}
+  __device__ bool operator()(C a, C b) const {
+    switch (kind) {
+      case kEq: return a == b;
+      case kNe: return a != b;
+      case kLt: return a < b;
+      case kLe: return a <= b;
+      case kGt: return a > b;
+      default: return a >= b;
+    }
+  }
+};
+
+fl_status_t run_compare(const fl_kernel_call* call, CompareKind kind, const char* name) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const std::vector<ElementwiseInput> ins = {elementwise_input(a, 0), elementwise_input(a, 1)};
+    const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    OpParams q;
+    q.mode = kind;
+    launch_elementwise<CompareOp, 2>(name, p, compute_kind_for(p, ins, false), q, ctx);
+  });
+}
+
+template <template <class> class Op>
+fl_status_t run_binary(const fl_kernel_call* call, const char* name) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const std::vector<ElementwiseInput> ins = {elementwise_input(a, 0), elementwise_input(a, 1)};
+    const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    launch_elementwise<Op, 2>(name, p, compute_kind_for(p, ins, true), OpParams{}, ctx);
+  });
+}
+
+}  // namespace
+
+FL_CUDA_KERNEL(k_maximum_out) { return run_binary<MaximumOp>(call, "aten::maximum"); }
+FL_CUDA_KERNEL(k_minimum_out) { return run_binary<MinimumOp>(call, "aten::minimum"); }
+
+// clamp.out(self, Scalar? min, Scalar? max) and clamp.Tensor_out(self, Tensor? min, Tensor? max).
+FL_CUDA_KERNEL(k_clamp_out) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const bool has_min = !a.is_none(1), has_max = !a.is_none(2);
+    if (!has_min && !has_max)
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, "aten::clamp: at least one of min and max must be given");
+    std::vector<ElementwiseInput> ins = {elementwise_input(a, 0),
+                                         has_min ? elementwise_input(a, 1) : scalar_input(0, false),
+                                         has_max ? elementwise_input(a, 2) : scalar_input(0, false)};
+    const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    OpParams q;
+    q.mode = (has_min ? 1 : 0) | (has_max ? 2 : 0);
+    launch_elementwise<ClampOp, 3>("aten::clamp", p, compute_kind_for(p, ins, true), q, ctx);
+  });
+}
+
+// where.self_out(condition, self, other): the condition does not take part in promotion.
+FL_CUDA_KERNEL(k_where_self_out) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const std::vector<ElementwiseInput> ins = {elementwise_input(a, 0), elementwise_input(a, 1),
+                                               elementwise_input(a, 2)};
+    const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    const ComputeKind kind = compute_kind_for(p, {ins[1], ins[2]}, true);
+    launch_elementwise<WhereOp, 3>("aten::where", p, kind, OpParams{}, ctx);
+  });
+}
+
+FL_CUDA_KERNEL(k_eq_out) { return run_compare(call, kEq, "aten::eq"); }
+FL_CUDA_KERNEL(k_ne_out) { return run_compare(call, kNe, "aten::ne"); }
+FL_CUDA_KERNEL(k_lt_out) { return run_compare(call, kLt, "aten::lt"); }
+FL_CUDA_KERNEL(k_le_out) { return run_compare(call, kLe, "aten::le"); }
+FL_CUDA_KERNEL(k_gt_out) { return run_compare(call, kGt, "aten::gt"); }
+FL_CUDA_KERNEL(k_ge_out) { return run_compare(call, kGe, "aten::ge"); }
+
+}  // namespace fl::cuda

@@ -1,0 +1,104 @@
+// kernels.hpp — every kernel entry point of the CUDA plugin (fl_kernel_fn), grouped by the
+// source file that defines it. kernel_table.cpp maps ATen overload names onto them.
+#pragma once
+
+#include <fl_abi.h>
+
+namespace fl::cuda {
+
+// elementwise_arith.cu
+fl_status_t k_add_out(const fl_kernel_call* call);
+fl_status_t k_sub_out(const fl_kernel_call* call);
+fl_status_t k_mul_out(const fl_kernel_call* call);
+fl_status_t k_div_out(const fl_kernel_call* call);
+fl_status_t k_pow_tensor_scalar_out(const fl_kernel_call* call);
+fl_status_t k_pow_out(const fl_kernel_call* call);
+fl_status_t k_lerp_out(const fl_kernel_call* call);
+fl_status_t k_addcmul_out(const fl_kernel_call* call);
+fl_status_t k_addcdiv_out(const fl_kernel_call* call);
+
+// elementwise_select.cu
+fl_status_t k_maximum_out(const fl_kernel_call* call);
+fl_status_t k_minimum_out(const fl_kernel_call* call);
+fl_status_t k_clamp_out(const fl_kernel_call* call);
+fl_status_t k_where_self_out(const fl_kernel_call* call);
+fl_status_t k_eq_out(const fl_kernel_call* call);
+fl_status_t k_ne_out(const fl_kernel_call* call);
+fl_status_t k_lt_out(const fl_kernel_call* call);
+fl_status_t k_le_out(const fl_kernel_call* call);
+fl_status_t k_gt_out(const fl_kernel_call* call);
+fl_status_t k_ge_out(const fl_kernel_call* call);
+
+// elementwise_unary.cu
+fl_status_t k_sqrt_out(const fl_kernel_call* call);
+fl_status_t k_rsqrt_out(const fl_kernel_call* call);
+fl_status_t k_neg_out(const fl_kernel_call* call);
+fl_status_t k_exp_out(const fl_kernel_call* call);
+fl_status_t k_log_out(const fl_kernel_call* call);
+fl_status_t k_abs_out(const fl_kernel_call* call);
+fl_status_t k_tanh_out(const fl_kernel_call* call);
+fl_status_t k_sigmoid_out(const fl_kernel_call* call);
+fl_status_t k_relu_out(const fl_kernel_call* call);
+fl_status_t k_reciprocal_out(const fl_kernel_call* call);
+fl_status_t k_silu_out(const fl_kernel_call* call);
+fl_status_t k_silu_backward(const fl_kernel_call* call);
+fl_status_t k_tanh_backward(const fl_kernel_call* call);
+fl_status_t k_sigmoid_backward(const fl_kernel_call* call);
+fl_status_t k_gelu_out(const fl_kernel_call* call);
+fl_status_t k_gelu_backward(const fl_kernel_call* call);
+fl_status_t k_threshold_backward(const fl_kernel_call* call);
+fl_status_t k_native_dropout_backward(const fl_kernel_call* call);
+
+// elementwise_fill_copy.cu
+fl_status_t k_fill_out(const fl_kernel_call* call);
+fl_status_t k_zero_out(const fl_kernel_call* call);
+fl_status_t k_copy_out(const fl_kernel_call* call);
+
+// reduce.cu
+fl_status_t k_sum_out(const fl_kernel_call* call);
+fl_status_t k_sum_all_out(const fl_kernel_call* call);
+fl_status_t k_mean_out(const fl_kernel_call* call);
+fl_status_t k_mean_all_out(const fl_kernel_call* call);
+fl_status_t k_amax_out(const fl_kernel_call* call);
+fl_status_t k_amin_out(const fl_kernel_call* call);
+fl_status_t k_argmax_out(const fl_kernel_call* call);
+
+// softmax.cu
+fl_status_t k_softmax_out(const fl_kernel_call* call);
+fl_status_t k_log_softmax_out(const fl_kernel_call* call);
+fl_status_t k_softmax_backward_out(const fl_kernel_call* call);
+fl_status_t k_log_softmax_backward_out(const fl_kernel_call* call);
+
+// nll_loss.cu
+fl_status_t k_nll_loss_forward(const fl_kernel_call* call);
+fl_status_t k_nll_loss_backward(const fl_kernel_call* call);
+
+// layer_norm.cu
+fl_status_t k_native_layer_norm(const fl_kernel_call* call);
+fl_status_t k_native_layer_norm_backward(const fl_kernel_call* call);
+
+// embedding.cu
+fl_status_t k_index_select_out(const fl_kernel_call* call);
+fl_status_t k_embedding_dense_backward(const fl_kernel_call* call);
+
+// dropout.cu
+fl_status_t k_native_dropout(const fl_kernel_call* call);
+
+// pooling.cu
+fl_status_t k_max_pool2d_with_indices(const fl_kernel_call* call);
+fl_status_t k_max_pool2d_with_indices_backward(const fl_kernel_call* call);
+
+// gemm_cublas.cpp
+fl_status_t k_mm_out(const fl_kernel_call* call);
+fl_status_t k_addmm_out(const fl_kernel_call* call);
+fl_status_t k_bmm_out(const fl_kernel_call* call);
+fl_status_t k_baddbmm_out(const fl_kernel_call* call);
+
+// conv_cudnn.cpp (or conv_unavailable.cpp when cuDNN is not found at build time)
+fl_status_t k_convolution(const fl_kernel_call* call);
+fl_status_t k_convolution_backward(const fl_kernel_call* call);
+
+// kernel_table.cpp
+fl_status_t kernels_get(const fl_kernel_entry** entries, size_t* count);
+
+}  // namespace fl::cuda

@@ -1,0 +1,374 @@
+// reduce.cu — one reduction engine for sum, mean, amax, amin and argmax over any set of dims.
+// The input's dims are split into kept and reduced groups (each coalesced); output element o
+// reduces over r in [0, n_red). Three launch shapes:
+//  - warp per output, when the reduced group holds the innermost (stride-1) dim and is short;
+//  - block per output, when it holds the innermost dim and is long;
+//  - columns (threads over outputs, block rows over r), when the kept group is innermost.
+// Half types accumulate in float, float64 in double, integers in int64. Reductions are done
+// in a fixed order, so results are reproducible run to run.
+#include "dtype_convert.cuh"
+#include "elementwise_plan.hpp"
+#include "gpu_check.hpp"
+#include "kernel_glue.hpp"
+#include "kernels.hpp"
+#include "reduce.hpp"
+
+#include <cfloat>
+#include <climits>
+#include <string>
+#include <vector>
+
+namespace fl::cuda {
+namespace {
+
+constexpr int kMaxReduceDims = 8;
+
+struct ReduceGeometry {
+  int32_t n_kept = 0;
+  int32_t n_red = 0;
+  int64_t kept_sizes[kMaxReduceDims] = {};
+  int64_t kept_strides[kMaxReduceDims] = {};
+  int64_t red_sizes[kMaxReduceDims] = {};
+  int64_t red_strides[kMaxReduceDims] = {};
+  int64_t out_count = 0;
+  int64_t red_count = 0;
+};
+
+__device__ __forceinline__ int64_t group_offset(int64_t linear, int32_t n, const int64_t* sizes,
+                                                const int64_t* strides) {
+  int64_t off = 0;
+  for (int d = n - 1; d >= 0; --d) {
+    const int64_t i = linear % sizes[d];
+    linear /= sizes[d];
+    off += i * strides[d];
+  }
+  return off;
+}
+
+template <class V>
+struct ArgPair {
+  V v;
+  int64_t i;
+};
+
+__device__ __forceinline__ float shfl_down(float v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ double shfl_down(double v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ int64_t shfl_down(int64_t v, int o) {
+  return static_cast<int64_t>(__shfl_down_sync(0xffffffffu, static_cast<long long>(v), o));
+}
+template <class V>
+__device__ __forceinline__ ArgPair<V> shfl_down(ArgPair<V> p, int o) {
+  return ArgPair<V>{shfl_down(p.v, o), shfl_down(p.i, o)};
+}
+
+template <class A>
+__device__ __forceinline__ A lowest() {
+  if constexpr (std::is_floating_point_v<A>) return -INFINITY;
+  else return LLONG_MIN;
+}
+template <class A>
+__device__ __forceinline__ A highest() {
+  if constexpr (std::is_floating_point_v<A>) return INFINITY;
+  else return LLONG_MAX;
+}
+
+// Policies: Acc, identity, load, combine, store.
+template <class A, bool kMean>
+struct SumPolicy {
+  using Acc = A;
+  __device__ static Acc identity() { return A(0); }
+  __device__ static Acc load(const void* in, int64_t off, fl_dtype_t dt, int64_t) { return load_as<A>(in, off, dt); }
+  __device__ static Acc combine(Acc a, Acc b) { return a + b; }
+  __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t n) {
+    if constexpr (kMean) store_as(out, o, dt, a / static_cast<A>(n));
+    else store_as(out, o, dt, a);
+  }
+};
+
+template <class A, bool kMax>
+struct ExtremePolicy {
+  using Acc = A;
+  __device__ static Acc identity() { return kMax ? lowest<A>() : highest<A>(); }
+  __device__ static Acc load(const void* in, int64_t off, fl_dtype_t dt, int64_t) { return load_as<A>(in, off, dt); }
+  __device__ static Acc combine(Acc a, Acc b) {
+    if (dmath::isnan_(a)) return a;
+    if (dmath::isnan_(b)) return b;
+    if constexpr (kMax) return a > b ? a : b;
+    else return a < b ? a : b;
+  }
+  __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t) { store_as(out, o, dt, a); }
+};
+
+// First index of the maximum; NaN counts as the maximum (first NaN wins), as in ATen.
+template <class A>
+struct ArgmaxPolicy {
+  using Acc = ArgPair<A>;
+  __device__ static Acc identity() { return Acc{lowest<A>(), LLONG_MAX}; }
+  __device__ static Acc load(const void* in, int64_t off, fl_dtype_t dt, int64_t r) {
+    return Acc{load_as<A>(in, off, dt), r};
+  }
+  __device__ static Acc combine(Acc a, Acc b) {
+    const bool a_nan = dmath::isnan_(a.v), b_nan = dmath::isnan_(b.v);
+    if (a_nan || b_nan) {
+      if (a_nan && b_nan) return a.i < b.i ? a : b;
+      return a_nan ? a : b;
+    }
+    if (a.v > b.v) return a;
+    if (b.v > a.v) return b;
+    return a.i < b.i ? a : b;
+  }
+  __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t) { store_as(out, o, dt, a.i); }
+};
+
+template <class P>
+__device__ __forceinline__ typename P::Acc warp_reduce(typename P::Acc v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) v = P::combine(v, shfl_down(v, offset));
+  return v;
+}
+
+template <class P>
+__global__ void reduce_warp_per_output(ReduceGeometry g, const void* in, fl_dtype_t in_dt, void* out,
+                                       fl_dtype_t out_dt) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps_total = static_cast<int64_t>(gridDim.x) * (blockDim.x / 32);
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32; o < g.out_count;
+       o += warps_total) {
+    const int64_t base = group_offset(o, g.n_kept, g.kept_sizes, g.kept_strides);
+    typename P::Acc acc = P::identity();
+    for (int64_t r = lane; r < g.red_count; r += 32)
+      acc = P::combine(acc, P::load(in, base + group_offset(r, g.n_red, g.red_sizes, g.red_strides), in_dt, r));
+    acc = warp_reduce<P>(acc);
+    if (lane == 0) P::store(out, o, out_dt, acc, g.red_count);
+  }
+}
+
+constexpr int kBlockThreads = 256;
+
+template <class P>
+__global__ void reduce_block_per_output(ReduceGeometry g, const void* in, fl_dtype_t in_dt, void* out,
+                                        fl_dtype_t out_dt) {
+  __shared__ typename P::Acc partial[kBlockThreads / 32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int64_t o = blockIdx.x; o < g.out_count; o += gridDim.x) {
+    const int64_t base = group_offset(o, g.n_kept, g.kept_sizes, g.kept_strides);
+    typename P::Acc acc = P::identity();
+    for (int64_t r = threadIdx.x; r < g.red_count; r += kBlockThreads)
+      acc = P::combine(acc, P::load(in, base + group_offset(r, g.n_red, g.red_sizes, g.red_strides), in_dt, r));
+    acc = warp_reduce<P>(acc);
+    if (lane == 0) partial[warp] = acc;
+    __syncthreads();
+    if (warp == 0) {
+      acc = lane < kBlockThreads / 32 ? partial[lane] : P::identity();
+      acc = warp_reduce<P>(acc);
+      if (lane == 0) P::store(out, o, out_dt, acc, g.red_count);
+    }
+    __syncthreads();
+  }
+}
+
+constexpr int kColX = 32, kColY = 16;
+
+template <class P>
+__global__ void reduce_columns(ReduceGeometry g, const void* in, fl_dtype_t in_dt, void* out, fl_dtype_t out_dt) {
+  __shared__ typename P::Acc partial[kColY][kColX + 1];
+  for (int64_t o0 = static_cast<int64_t>(blockIdx.x) * kColX; o0 < g.out_count;
+       o0 += static_cast<int64_t>(gridDim.x) * kColX) {
+    const int64_t o = o0 + threadIdx.x;
+    typename P::Acc acc = P::identity();
+    if (o < g.out_count) {
+      const int64_t base = group_offset(o, g.n_kept, g.kept_sizes, g.kept_strides);
+      for (int64_t r = threadIdx.y; r < g.red_count; r += kColY)
+        acc = P::combine(acc, P::load(in, base + group_offset(r, g.n_red, g.red_sizes, g.red_strides), in_dt, r));
+    }
+    partial[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && o < g.out_count) {
+      for (int k = 1; k < kColY; ++k) acc = P::combine(acc, partial[k][threadIdx.x]);
+      P::store(out, o, out_dt, acc, g.red_count);
+    }
+    __syncthreads();
+  }
+}
+
+// Splits and coalesces the dims of `in` (reduce[d] true: reduced).
+ReduceGeometry make_geometry(const fl_tensor& in, const std::vector<bool>& reduce) {
+  ReduceGeometry g;
+  std::vector<int64_t> ks, kst, rs, rst;
+  auto push = [](std::vector<int64_t>& sizes, std::vector<int64_t>& strides, int64_t size, int64_t stride) {
+    if (size == 1) return;
+    if (!sizes.empty() && strides.back() == stride * size) {
+      sizes.back() *= size;
+      strides.back() = stride;
+      return;
+    }
+    sizes.push_back(size);
+    strides.push_back(stride);
+  };
+  g.out_count = 1;
+  g.red_count = 1;
+  for (int d = 0; d < in.ndim; ++d) {
+    if (reduce[static_cast<size_t>(d)]) {
+      push(rs, rst, in.shape[d], in.strides[d]);
+      g.red_count *= in.shape[d];
+    } else {
+      push(ks, kst, in.shape[d], in.strides[d]);
+      g.out_count *= in.shape[d];
+    }
+  }
+  if (ks.size() > static_cast<size_t>(kMaxReduceDims) || rs.size() > static_cast<size_t>(kMaxReduceDims))
+    plugin::raise(FL_ERR_NOT_SUPPORTED, "reduction over too many non-mergeable dims");
+  g.n_kept = static_cast<int32_t>(ks.size());
+  g.n_red = static_cast<int32_t>(rs.size());
+  for (size_t i = 0; i < ks.size(); ++i) {
+    g.kept_sizes[i] = ks[i];
+    g.kept_strides[i] = kst[i];
+  }
+  for (size_t i = 0; i < rs.size(); ++i) {
+    g.red_sizes[i] = rs[i];
+    g.red_strides[i] = rst[i];
+  }
+  return g;
+}
+
+template <class P>
+void launch_policy(const ReduceGeometry& g, const fl_tensor& in, const fl_tensor& out, const LaunchContext& ctx) {
+  if (g.out_count == 0) return;
+  const void* src = plugin::data_ptr<const void>(in);
+  void* dst = plugin::data_ptr<void>(out);
+  const bool inner_reduced = g.n_kept == 0 || (g.n_red > 0 && g.red_strides[g.n_red - 1] == 1) ||
+                             (g.n_red > 0 && g.kept_strides[g.n_kept - 1] != 1);
+  const int64_t max_blocks = static_cast<int64_t>(ctx.sm_count > 0 ? ctx.sm_count : 1) * 32;
+  if (inner_reduced && g.red_count <= 1024) {
+    const int64_t warps_per_block = kBlockThreads / 32;
+    int64_t blocks = (g.out_count + warps_per_block - 1) / warps_per_block;
+    if (blocks > max_blocks) blocks = max_blocks;
+    reduce_warp_per_output<P><<<static_cast<unsigned>(blocks), kBlockThreads, 0, ctx.stream>>>(
+        g, src, in.dtype, dst, out.dtype);
+    check_launch("reduce_warp_per_output");
+  } else if (inner_reduced) {
+    int64_t blocks = g.out_count < max_blocks ? g.out_count : max_blocks;
+    reduce_block_per_output<P><<<static_cast<unsigned>(blocks), kBlockThreads, 0, ctx.stream>>>(
+        g, src, in.dtype, dst, out.dtype);
+    check_launch("reduce_block_per_output");
+  } else {
+    int64_t blocks = (g.out_count + kColX - 1) / kColX;
+    if (blocks > max_blocks) blocks = max_blocks;
+    reduce_columns<P><<<static_cast<unsigned>(blocks), dim3(kColX, kColY), 0, ctx.stream>>>(
+        g, src, in.dtype, dst, out.dtype);
+    check_launch("reduce_columns");
+  }
+}
+
+enum class ReduceOp { Sum, Mean, Amax, Amin, Argmax };
+
+void check_reduce_dtypes(const char* name, const fl_tensor& in, const fl_tensor& out) {
+  if (!is_real_dtype(in.dtype)) unsupported_dtype(name, in.dtype);
+  if (!is_real_dtype(out.dtype)) unsupported_dtype(name, out.dtype);
+}
+
+void run_reduce(const char* name, ReduceOp op, const fl_tensor& in, const std::vector<bool>& reduce,
+                const fl_tensor& out, const LaunchContext& ctx) {
+  check_reduce_dtypes(name, in, out);
+  const ReduceGeometry g = make_geometry(in, reduce);
+  if (plugin::numel(out) != g.out_count)
+    plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output has " + std::to_string(plugin::numel(out)) +
+                                               " elements, expected " + std::to_string(g.out_count));
+  if (g.red_count == 0 && (op == ReduceOp::Amax || op == ReduceOp::Amin || op == ReduceOp::Argmax))
+    plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": reduction over zero elements");
+  const bool dbl = in.dtype == FL_DTYPE_FLOAT64 || (op == ReduceOp::Sum || op == ReduceOp::Mean ? out.dtype == FL_DTYPE_FLOAT64 : false);
+  const bool flt = is_floating_dtype(in.dtype) || ((op == ReduceOp::Sum || op == ReduceOp::Mean) && is_floating_dtype(out.dtype));
+  switch (op) {
+    case ReduceOp::Sum:
+      if (dbl) launch_policy<SumPolicy<double, false>>(g, in, out, ctx);
+      else if (flt) launch_policy<SumPolicy<float, false>>(g, in, out, ctx);
+      else launch_policy<SumPolicy<int64_t, false>>(g, in, out, ctx);
+      return;
+    case ReduceOp::Mean:
+      if (dbl) launch_policy<SumPolicy<double, true>>(g, in, out, ctx);
+      else if (flt) launch_policy<SumPolicy<float, true>>(g, in, out, ctx);
+      else unsupported_dtype(name, in.dtype);
+      return;
+    case ReduceOp::Amax:
+      if (dbl) launch_policy<ExtremePolicy<double, true>>(g, in, out, ctx);
+      else if (flt) launch_policy<ExtremePolicy<float, true>>(g, in, out, ctx);
+      else launch_policy<ExtremePolicy<int64_t, true>>(g, in, out, ctx);
+      return;
+    case ReduceOp::Amin:
+      if (dbl) launch_policy<ExtremePolicy<double, false>>(g, in, out, ctx);
+      else if (flt) launch_policy<ExtremePolicy<float, false>>(g, in, out, ctx);
+      else launch_policy<ExtremePolicy<int64_t, false>>(g, in, out, ctx);
+      return;
+    case ReduceOp::Argmax:
+      if (out.dtype != FL_DTYPE_INT64) unsupported_dtype(name, out.dtype);
+      if (dbl) launch_policy<ArgmaxPolicy<double>>(g, in, out, ctx);
+      else if (flt) launch_policy<ArgmaxPolicy<float>>(g, in, out, ctx);
+      else launch_policy<ArgmaxPolicy<int64_t>>(g, in, out, ctx);
+      return;
+  }
+}
+
+// Which dims of `in` a dim-list argument names; NONE or an empty list means all.
+std::vector<bool> reduce_mask(const Args& a, int32_t i, const fl_tensor& in, const char* name) {
+  std::vector<bool> mask(static_cast<size_t>(in.ndim), false);
+  std::vector<int64_t> dims;
+  if (!a.is_none(i)) dims = a.ints(i);
+  if (dims.empty()) {
+    std::fill(mask.begin(), mask.end(), true);
+    return mask;
+  }
+  for (int64_t d : dims) {
+    const int32_t nd = normalize_dim(d, in.ndim, name);
+    if (in.ndim == 0) continue;
+    if (mask[static_cast<size_t>(nd)])
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": dim " + std::to_string(d) + " repeated");
+    mask[static_cast<size_t>(nd)] = true;
+  }
+  return mask;
+}
+
+fl_status_t reduce_entry(const fl_kernel_call* call, const char* name, ReduceOp op, bool has_dims) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const fl_tensor& in = device_tensor(a, 0, name);
+    const std::vector<bool> mask = has_dims ? reduce_mask(a, 1, in, name)
+                                            : std::vector<bool>(static_cast<size_t>(in.ndim), true);
+    run_reduce(name, op, in, mask, a.output(0), ctx);
+  });
+}
+
+}  // namespace
+
+void launch_sum(const fl_tensor& in, const std::vector<int>& dims, const fl_tensor& out, const LaunchContext& ctx) {
+  std::vector<bool> mask(static_cast<size_t>(in.ndim), false);
+  for (int d : dims) mask[static_cast<size_t>(normalize_dim(d, in.ndim, "sum"))] = true;
+  run_reduce("sum", ReduceOp::Sum, in, mask, out, ctx);
+}
+
+// sum.IntList_out(self, dim?, keepdim, dtype?) and sum.out(self, dtype?) (all dims).
+FL_CUDA_KERNEL(k_sum_out) { return reduce_entry(call, "aten::sum", ReduceOp::Sum, true); }
+FL_CUDA_KERNEL(k_sum_all_out) { return reduce_entry(call, "aten::sum", ReduceOp::Sum, false); }
+// mean.out(self, dim?, keepdim, dtype?) and mean.dtype_out(self, dtype?) (all dims).
+FL_CUDA_KERNEL(k_mean_out) { return reduce_entry(call, "aten::mean", ReduceOp::Mean, true); }
+FL_CUDA_KERNEL(k_mean_all_out) { return reduce_entry(call, "aten::mean", ReduceOp::Mean, false); }
+// amax.out(self, dim=[], keepdim) / amin.out.
+FL_CUDA_KERNEL(k_amax_out) { return reduce_entry(call, "aten::amax", ReduceOp::Amax, true); }
+FL_CUDA_KERNEL(k_amin_out) { return reduce_entry(call, "aten::amin", ReduceOp::Amin, true); }
+
+// argmax.out(self, dim?, keepdim): with no dim, the index into the flattened tensor.
+FL_CUDA_KERNEL(k_argmax_out) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const fl_tensor& in = device_tensor(a, 0, "aten::argmax");
+    std::vector<bool> mask(static_cast<size_t>(in.ndim), true);
+    if (!a.is_none(1) && in.ndim > 0) {
+      std::fill(mask.begin(), mask.end(), false);
+      mask[static_cast<size_t>(normalize_dim(a.integer(1), in.ndim, "aten::argmax"))] = true;
+    }
+    run_reduce("aten::argmax", ReduceOp::Argmax, in, mask, a.output(0), ctx);
+  });
+}
+
+}  // namespace fl::cuda

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# tools/gpu/run_h200.sh — everything the owner runs on the lent H200 machine, in one call:
+#
+#   . .devdeps/unpack-deps.sh is sourced here; run from the repository root:
+#   bash tools/gpu/run_h200.sh            # logs and results under $OUT (default ./gpu-out)
+#
+# Steps (one function each; each step's output is tee'd to $OUT/<step>.log; a failing step
+# is recorded and the next one runs; a summary with per-step status and seconds ends it):
+#   env_info      nvidia-smi, driver/toolkit/compiler/python/torch versions, cuDNN location
+#   deps          sources .devdeps/unpack-deps.sh (fmt, spdlog, yaml-cpp, boost, catch2 .debs)
+#   configure     meson setup build-gpu with /opt/torch/.venv's python, -Dcuda=enabled
+#   build         ninja -C build-gpu
+#   plugin_check  fl-plugin-check on libfl_cuda.so -> $OUT/plugin_check_cuda.json (+ text)
+#   dlopen_smoke  loads libfl_cuda.so with python ctypes, init, device list, kernel count
+#   example_cnn   examples/train_cnn.py on fl:0 (the CUDA plugin only), compared with cuda
+#   bench_compare bench/compare.py --native cuda:0 --fl fl:0
+#   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
+#
+# Environment: FL_GPU_VENV (default /opt/torch/.venv), OUT, FL_BUILD_DIR (default build-gpu),
+# FL_BENCH_WORKLOADS (default "small_ops gemm cnn"), FL_CNN_EPOCHS (default 3).
+# The plugin finds cuBLAS/cuDNN through its RUNPATH (set at build time from where meson
+# found them); LD_LIBRARY_PATH is not needed for it.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/gpu-out}"
+mkdir -p "$OUT"
+VENV="${FL_GPU_VENV:-/opt/torch/.venv}"
+PY="$VENV/bin/python3"
+BUILD="${FL_BUILD_DIR:-build-gpu}"
+CUDA_SO="$ROOT/$BUILD/plugins/cuda/libfl_cuda.so"
+export PATH="$VENV/bin:/usr/local/cuda/bin:$PATH"
+
+STEP_NAMES=()
+STEP_STATUS=()
+STEP_SECONDS=()
+
+# run_step NAME FUNCTION: runs FUNCTION in a subshell, output tee'd to $OUT/NAME.log.
+run_step() {
+  local name="$1" fn="$2"
+  local start end rc
+  echo
+  echo "================ step $name ($(date -u +%H:%M:%S)) ================"
+  start=$(date +%s.%N)
+  ( set -o pipefail; "$fn" ) 2>&1 | tee "$OUT/$name.log"
+  rc=${PIPESTATUS[0]}
+  end=$(date +%s.%N)
+  STEP_NAMES+=("$name")
+  STEP_STATUS+=("$rc")
+  STEP_SECONDS+=("$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f", b - a }')")
+  echo "---------------- step $name: exit $rc ----------------"
+  return 0
+}
+
+# The python steps see only the CUDA plugin, and torch_fl from this tree.
+python_env() {
+  export FL_PLUGIN_PATH="$CUDA_SO"
+  export PYTHONPATH="$ROOT/bindings/python:$ROOT/$BUILD/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+step_env_info() {
+  nvidia-smi || echo "nvidia-smi failed"
+  nvidia-smi --query-gpu=name,uuid,pci.bus_id,driver_version,memory.total,clocks.max.sm --format=csv || true
+  echo "--- toolchain"
+  nvcc --version || echo "nvcc missing"
+  g++ --version | head -1
+  "$PY" --version
+  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'available', torch.cuda.is_available())"
+  "$VENV/bin/meson" --version 2>/dev/null || meson --version
+  "$VENV/bin/ninja" --version 2>/dev/null || ninja --version
+  echo "--- cuBLAS / cuDNN candidates"
+  local site
+  site=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  ls -d "$site"/nvidia/* 2>/dev/null
+  ls "$site"/nvidia/cudnn/lib 2>/dev/null | head
+  ls /usr/local/cuda/lib64 | grep -E "cublas|cudart" || true
+  nproc; free -g | head -2
+}
+
+step_configure() {
+  local extra=()
+  [[ -f "$BUILD/build.ninja" ]] && extra+=(--reconfigure)
+  meson setup "$BUILD" "${extra[@]}" -Dpython="$PY" -Dcuda=enabled -Dbuildtype=release
+}
+
+step_build() {
+  ninja -C "$BUILD" -j"$(nproc)"
+}
+
+step_plugin_check() {
+  local tool="$ROOT/$BUILD/tools/plugin_check/fl-plugin-check"
+  if [[ ! -x "$tool" ]]; then echo "fl-plugin-check not built; skipping"; return 0; fi
+  "$tool" --json "$CUDA_SO" > "$OUT/plugin_check_cuda.json"
+  local rc=$?
+  "$tool" "$CUDA_SO" || true
+  return $rc
+}
+
+step_dlopen_smoke() {
+  "$PY" - "$CUDA_SO" <<'PYEOF'
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_LOCAL)
+print("loaded", sys.argv[1])
+lib.fl_plugin_get_ops.restype = ctypes.c_void_p
+print("fl_plugin_get_ops ->", hex(lib.fl_plugin_get_ops()))
+PYEOF
+}
+
+step_example_cnn() {
+  python_env
+  if [[ ! -f examples/train_cnn.py ]]; then echo "examples/train_cnn.py absent; skipping"; return 0; fi
+  "$PY" examples/train_cnn.py --device fl:0 --epochs "${FL_CNN_EPOCHS:-3}" --compare cuda
+}
+
+step_bench_compare() {
+  python_env
+  if [[ ! -f bench/compare.py ]]; then echo "bench/compare.py absent; skipping"; return 0; fi
+  # shellcheck disable=SC2086
+  "$PY" bench/compare.py --native cuda:0 --fl fl:0 --workloads ${FL_BENCH_WORKLOADS:-small_ops gemm cnn}
+}
+
+# ---- OWNER HOOKS: add steps here (function step_<name>, then list <name> in STEPS) ----
+
+STEPS=(env_info configure build plugin_check dlopen_smoke example_cnn bench_compare)
+
+# deps must be sourced in this shell (it exports PKG_CONFIG_PATH, CPATH, ...).
+dep_start=$(date +%s.%N)
+if [[ -f .devdeps/unpack-deps.sh ]]; then
+  # shellcheck disable=SC1091
+  . .devdeps/unpack-deps.sh > "$OUT/deps.log" 2>&1
+  dep_rc=$?
+else
+  echo ".devdeps/unpack-deps.sh missing (carry .devdeps)" > "$OUT/deps.log"
+  dep_rc=1
+fi
+STEP_NAMES+=(deps)
+STEP_STATUS+=("$dep_rc")
+STEP_SECONDS+=("$(awk -v a="$dep_start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')")
+
+for s in "${STEPS[@]}"; do
+  # After a failed build, the steps that need the plugin have nothing to run.
+  if [[ "$s" != env_info && "$s" != configure && "$s" != build && ! -f "$CUDA_SO" ]]; then
+    STEP_NAMES+=("$s"); STEP_STATUS+=("skipped: no $CUDA_SO"); STEP_SECONDS+=(0)
+    continue
+  fi
+  run_step "$s" "step_$s"
+done
+
+echo
+echo "================ summary ================"
+for i in "${!STEP_NAMES[@]}"; do
+  printf '%-16s %-28s %8ss\n' "${STEP_NAMES[$i]}" "${STEP_STATUS[$i]}" "${STEP_SECONDS[$i]}"
+done | tee "$OUT/summary.txt"
+echo "logs in $OUT"
+# Exit 1 when any step did not exit 0.
+grep -qvE '^[a-z_]+ +0 ' "$OUT/summary.txt" && exit 1
+exit 0

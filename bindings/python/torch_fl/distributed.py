@@ -1,0 +1,315 @@
+"""The "flccl" c10d backend: torch.distributed collectives on fl tensors.
+
+    import torch_fl.distributed  # registers "flccl" (also done by torch_fl.lightning)
+    dist.init_process_group("flccl", ...)              # or "cpu:gloo,fl:flccl"
+    model = DDP(model.to(f"fl:{local_rank}"))
+
+Registration maps the device type "fl" to "flccl" in
+`torch.distributed.Backend.default_device_backend_map`, so `init_process_group()` without a
+backend, and Lightning's DDP strategy, pick it for fl devices.
+
+How it works: `FlProcessGroup` is a Python `torch.distributed.ProcessGroup` (c10d calls its
+methods through the PyProcessGroup trampoline, which DistributedDataParallel's reducer uses for
+its bucket all-reduces and its start-up `_broadcast_coalesced`/parameter-shape all-gather).
+Every collective is *host-staged*: fl tensors are copied to contiguous host tensors, a Gloo
+process group (created from the same store under the prefix "flccl-gloo/") runs the
+collective, and the results are copied back. CPU tensors go to Gloo directly (no copy), so the
+one group also serves `cpu` tensors and the object collectives (`broadcast_object_list`...):
+c10d keeps a Python process group as the whole group, so with "cpu:gloo,fl:flccl" this group
+replaces the Gloo backend c10d built for "cpu".
+
+Not done (written here so that nobody relies on it):
+- Collectives run synchronously: the returned Work is already complete, so async_op=True gives
+  no overlap with computation, and DDP's all-reduce does not overlap backward.
+- No device-direct path: when every rank's fl device is a CUDA-plugin device and NCCL is
+  available, staging through host memory wastes two PCIe copies per collective; routing those
+  to NCCL on the plugin's native pointers needs the CUDA plugin to export its stream and
+  device ordinal (an ABI extension) — future work.
+- ReduceOp.PREMUL_SUM and the bitwise ops on fl tensors are not supported (NotImplementedError);
+  AVG is SUM followed by a division by the group size (floor division for integer tensors).
+- bfloat16 is reduced in float32 on the host (Gloo has no bfloat16 sum): results are rounded
+  once to bfloat16 at the end, which is at least as accurate as a bfloat16 ring.
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+__all__ = ["BACKEND_NAME", "FlProcessGroup", "create_flccl_process_group", "register"]
+
+BACKEND_NAME = "flccl"
+
+_SUPPORTED_OPS = ("SUM", "AVG", "MIN", "MAX", "PRODUCT")
+
+
+def _completed_work(result: Any) -> dist.Work:
+    future = torch.futures.Future()
+    future.set_result(result)
+    return _create_work_from_future(future)
+
+
+def _op_name(op: Any) -> str:
+    for name in _SUPPORTED_OPS + ("PREMUL_SUM", "BAND", "BOR", "BXOR"):
+        if op == getattr(dist.ReduceOp, name):
+            return name
+    return str(op)
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    """A new contiguous host tensor with t's values (bfloat16 widened to float32)."""
+    return t.detach().to("cpu", torch.float32 if t.dtype == torch.bfloat16 else t.dtype,
+                         copy=True).contiguous()
+
+
+class _Staged:
+    """Host copies of a collective's tensors; `finish()` copies results back to the originals."""
+
+    def __init__(self) -> None:
+        self._back: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def host(self, t: torch.Tensor, written: bool) -> torch.Tensor:
+        """A contiguous host tensor with t's values; if `written`, copied back by finish()."""
+        if t.device.type == "cpu" and t.is_contiguous() and t.dtype != torch.bfloat16:
+            return t
+        staged = _host_copy(t)
+        if written:
+            self._back.append((t, staged))
+        return staged
+
+    def finish(self) -> None:
+        with torch.no_grad():
+            for original, staged in self._back:
+                original.copy_(staged)
+        self._back.clear()
+
+
+class FlProcessGroup(dist.ProcessGroup):
+    """A c10d process group for fl (and cpu) tensors, host-staged over Gloo."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int,
+                 timeout: datetime.timedelta = datetime.timedelta(minutes=30)):
+        super().__init__(rank, size)
+        self._rank = rank
+        self._size = size
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("flccl-gloo/", store), rank, size, timeout)
+
+    # -- identity
+
+    def getBackendName(self) -> str:  # noqa: N802 - c10d's name
+        return BACKEND_NAME
+
+    def getRank(self) -> int:  # noqa: N802
+        return self._rank
+
+    def getSize(self) -> int:  # noqa: N802
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"FlProcessGroup(rank={self._rank}, size={self._size})"
+
+    # -- helpers
+
+    def _gloo_op(self, op: Any, dtype: torch.dtype) -> Any:
+        name = _op_name(op)
+        if name not in _SUPPORTED_OPS:
+            raise NotImplementedError(f"flccl: ReduceOp.{name} is not supported")
+        return dist.ReduceOp.SUM if name == "AVG" else op
+
+    def _finish_avg(self, op: Any, tensors: list[torch.Tensor]) -> None:
+        if _op_name(op) != "AVG":
+            return
+        with torch.no_grad():
+            for t in tensors:
+                if t.is_floating_point() or t.is_complex():
+                    t.div_(self._size)
+                else:
+                    t.floor_divide_(self._size)
+
+    # -- collectives
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        stage = _Staged()
+        host = [stage.host(t, written=True) for t in tensors]
+        gopts = dist.AllreduceOptions()
+        gopts.reduceOp = self._gloo_op(opts.reduceOp, tensors[0].dtype)
+        self._gloo.allreduce(host, gopts).wait()
+        self._finish_avg(opts.reduceOp, host)
+        stage.finish()
+        return _completed_work(tensors)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        for t in tensors:
+            ar = dist.AllreduceOptions()
+            ar.reduceOp = op
+            self.allreduce([t], ar)
+        return _completed_work(tensors)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.BroadcastOptions()
+        stage = _Staged()
+        host = [stage.host(t, written=True) for t in tensors]
+        gopts = dist.BroadcastOptions()
+        gopts.rootRank = opts.rootRank
+        gopts.rootTensor = opts.rootTensor
+        self._gloo.broadcast(host, gopts).wait()
+        stage.finish()
+        return _completed_work(tensors)
+
+    def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+                  opts: Any = None) -> dist.Work:
+        stage = _Staged()
+        host_out = [[stage.host(t, written=True) for t in outs] for outs in output_tensors]
+        host_in = [stage.host(t, written=False) for t in input_tensors]
+        self._gloo.allgather(host_out, host_in).wait()
+        stage.finish()
+        return _completed_work(output_tensors)
+
+    def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor],
+                            opts: Any = None) -> dist.Work:
+        for outs, t in zip(output_lists, input_list):
+            self.allgather([outs], [t])
+        return _completed_work(output_lists)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        """all_gather_into_tensor: `output` holds every rank's `input`, rank by rank."""
+        if output.numel() != input.numel() * self._size:
+            raise ValueError(f"flccl all_gather_into_tensor: output has {output.numel()} elements, "
+                             f"expected {input.numel()} x {self._size}")
+        host_in = _host_copy(input).reshape(-1)
+        host_out = torch.empty(self._size * host_in.numel(), dtype=host_in.dtype)
+        self._gloo.allgather([list(host_out.chunk(self._size))], [host_in]).wait()
+        with torch.no_grad():
+            output.copy_(host_out.view(output.shape))
+        return _completed_work([output])
+
+    _allgather_base = all_gather_single  # the name before torch 2.12
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts: Any = None) -> dist.Work:
+        for o, i in zip(outputs, inputs):
+            self.all_gather_single(o, i)
+        return _completed_work(outputs)
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter(self, output_tensors: list[torch.Tensor], input_lists: list[list[torch.Tensor]],
+                       opts: Any = None) -> dist.Work:
+        """output[r] = reduce over ranks of input_list[r]; done as an all-reduce of the stacked
+        inputs (Gloo's reduce_scatter does not take every dtype), keeping this rank's slice."""
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        for out, inputs in zip(output_tensors, input_lists):
+            stacked = torch.stack([_host_copy(t) for t in inputs])
+            ar = dist.AllreduceOptions()
+            ar.reduceOp = op
+            self.allreduce([stacked], ar)
+            with torch.no_grad():
+                out.copy_(stacked[self._rank])
+        return _completed_work(output_tensors)
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
+        """reduce_scatter_tensor: this rank's 1/size of the reduced `input` into `output`."""
+        if input.numel() != output.numel() * self._size:
+            raise ValueError(f"flccl reduce_scatter_tensor: input has {input.numel()} elements, "
+                             f"expected {output.numel()} x {self._size}")
+        op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        host = _host_copy(input)
+        ar = dist.AllreduceOptions()
+        ar.reduceOp = op
+        self.allreduce([host], ar)
+        with torch.no_grad():
+            output.copy_(host.reshape(self._size, -1)[self._rank].view(output.shape))
+        return _completed_work([output])
+
+    _reduce_scatter_base = reduce_scatter_single  # the name before torch 2.12
+
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> dist.Work:
+        for o, i in zip(outputs, inputs):
+            self.reduce_scatter_single(o, i, opts)
+        return _completed_work(outputs)
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.ReduceOptions()
+        stage = _Staged()
+        host = [stage.host(t, written=True) for t in tensors]
+        gopts = dist.ReduceOptions()
+        gopts.reduceOp = self._gloo_op(opts.reduceOp, tensors[0].dtype)
+        gopts.rootRank = opts.rootRank
+        gopts.rootTensor = opts.rootTensor
+        self._gloo.reduce(host, gopts).wait()
+        if self._rank == opts.rootRank:
+            self._finish_avg(opts.reduceOp, host)
+            stage.finish()
+        return _completed_work(tensors)
+
+    def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
+               opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.GatherOptions()
+        stage = _Staged()
+        host_out = [[stage.host(t, written=True) for t in outs] for outs in output_tensors]
+        host_in = [stage.host(t, written=False) for t in input_tensors]
+        gopts = dist.GatherOptions()
+        gopts.rootRank = opts.rootRank
+        self._gloo.gather(host_out, host_in, gopts).wait()
+        stage.finish()
+        return _completed_work(output_tensors)
+
+    def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
+                opts: Any = None) -> dist.Work:
+        opts = opts if opts is not None else dist.ScatterOptions()
+        stage = _Staged()
+        host_out = [stage.host(t, written=True) for t in output_tensors]
+        host_in = [[stage.host(t, written=False) for t in ins] for ins in input_tensors]
+        gopts = dist.ScatterOptions()
+        gopts.rootRank = opts.rootRank
+        self._gloo.scatter(host_out, host_in, gopts).wait()
+        stage.finish()
+        return _completed_work(output_tensors)
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> dist.Work:
+        stage = _Staged()
+        self._gloo.send([stage.host(t, written=False) for t in tensors], dst, tag).wait()
+        return _completed_work(tensors)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
+        stage = _Staged()
+        self._gloo.recv([stage.host(t, written=True) for t in tensors], src, tag).wait()
+        stage.finish()
+        return _completed_work(tensors)
+
+    def barrier(self, opts: Any = None) -> dist.Work:
+        self._gloo.barrier(dist.BarrierOptions()).wait()
+        return _completed_work(None)
+
+    def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
+        self._gloo.barrier(dist.BarrierOptions()).wait()
+
+
+def create_flccl_process_group(store: dist.Store, rank: int, size: int,
+                               timeout: datetime.timedelta) -> FlProcessGroup:
+    """The creator c10d calls for backend "flccl" (non-extended API)."""
+    return FlProcessGroup(store, rank, size, timeout)
+
+
+_registered = False
+
+
+def register(creator: Callable = create_flccl_process_group) -> None:
+    """Registers "flccl" for device type "fl" (idempotent)."""
+    global _registered
+    if _registered or BACKEND_NAME.upper() in dist.Backend._plugins:
+        _registered = True
+        return
+    dist.Backend.register_backend(BACKEND_NAME, creator, devices=["fl"])
+    _registered = True
+
+
+register()

@@ -23,6 +23,13 @@ std::string human(uint64_t bytes) {
   return fmt::format("{:.2f} {}", v, units[u]);
 }
 
+// Bytes fl_malloc is asked for when a request of `rounded` bytes needs a new segment.
+size_t segment_size(size_t rounded, bool small) {
+  return small ? CachingAllocator::kSmallSegment
+               : (rounded + CachingAllocator::kLargeRound - 1) / CachingAllocator::kLargeRound *
+                     CachingAllocator::kLargeRound;
+}
+
 }  // namespace
 
 bool CachingAllocator::BlockLess::operator()(const Block* a, const Block* b) const {
@@ -39,17 +46,28 @@ CachingAllocator::CachingAllocator(std::string device_name, DeviceMemoryBackend 
 }
 
 CachingAllocator::~CachingAllocator() {
-  // Segments still handed out belong to tensors that outlive us (process exit); only the
-  // cached ones are returned, and only if the device is still there to take them.
+  // Cached (fully free) segments go back to the plugin after a device synchronize; segments
+  // that still hold live blocks belong to tensors that outlive us (process exit) and are
+  // left to the plugin's shutdown. Every bookkeeping Block is deleted.
+  std::lock_guard lock(mutex_);
   try {
-    std::lock_guard lock(mutex_);
-    for (auto& [event, block] : pending_) {
-      if (backend_.destroy_event) backend_.destroy_event(event);
-      (void)block;
-    }
-    pending_.clear();
+    release_cached_segments();
+  } catch (const std::exception& e) {
+    log().warn("allocator {}: returning the cache at destruction failed: {}", device_name_, e.what());
   } catch (...) {
   }
+  try {
+    for (auto& [event, block] : pending_)
+      if (backend_.destroy_event) backend_.destroy_event(event);
+  } catch (...) {
+  }
+  std::set<Block*> blocks;
+  for (auto& [event, block] : pending_) blocks.insert(block);
+  pending_.clear();
+  for (Pool* pool : {&small_pool_, &large_pool_})
+    for (Block* b : *pool) blocks.insert(b);
+  for (auto& [ptr, block] : live_) blocks.insert(block);
+  for (Block* b : blocks) delete b;
 }
 
 void CachingAllocator::set_memory_fraction(double fraction) {
@@ -79,7 +97,7 @@ CachingAllocator::Block* CachingAllocator::find_free(Pool& pool, size_t size, fl
 
 CachingAllocator::Block* CachingAllocator::new_segment(size_t size, bool small,
                                                        fl_stream_t stream) {
-  const size_t seg = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+  const size_t seg = segment_size(size, small);
   if (stats_.limit_bytes != 0 && stats_.reserved_bytes + seg > stats_.limit_bytes) return nullptr;
   void* ptr = nullptr;
   fl_status_t st = backend_.malloc(seg, &ptr);
@@ -136,8 +154,9 @@ void* CachingAllocator::allocate(size_t size, fl_stream_t stream) {
   }
   if (b == nullptr) {
     stats_.num_ooms++;
+    // The cap applies to the segment that would be reserved, not to the request alone.
     const bool capped = stats_.limit_bytes != 0 &&
-                        stats_.reserved_bytes + rounded > stats_.limit_bytes;
+                        stats_.reserved_bytes + segment_size(rounded, small) > stats_.limit_bytes;
     throw OutOfMemoryError(oom_message(size, capped ? "the memory_fraction cap is reached"
                                                     : "the device has no room"));
   }

@@ -80,18 +80,22 @@ std::vector<PluginCandidate> discover_plugins(const std::vector<std::string>& ex
   std::vector<PluginCandidate> found;
   for (const auto& f : explicit_files) add_entry(f, "explicit", found);
 
+  // Something more specific named where plugins are: explicit files, a non-empty
+  // FL_PLUGIN_PATH (honoured), or config paths. Then the default directories are not used,
+  // even when the named places hold no plugin, so FL_PLUGIN_PATH selects exactly what a user
+  // points it at (an empty or mistyped directory gives no plugins, not the defaults).
+  bool named = !explicit_files.empty() || !config.paths.empty();
   const char* env = std::getenv("FL_PLUGIN_PATH");
-  if (env != nullptr && is_secure_execution()) {
+  if (env != nullptr && *env != '\0' && is_secure_execution()) {
     log().warn("discovery: FL_PLUGIN_PATH ignored in a setuid/secure-execution process");
-  } else if (env != nullptr) {
+  } else if (env != nullptr && *env != '\0') {
+    named = true;
     std::stringstream ss(env);
     std::string item;
     while (std::getline(ss, item, ':')) add_entry(item, "FL_PLUGIN_PATH", found);
   }
   for (const auto& p : config.paths) add_entry(p, "config", found);
-  // The default directories are used only when nothing more specific named plugins, so that
-  // FL_PLUGIN_PATH selects exactly what a user points it at.
-  if (found.empty()) {
+  if (!named) {
     add_directory(FL_PLUGIN_INSTALL_DIR, "install dir", found);
     add_directory(FL_BUILD_PLUGIN_DIR, "build dir", found);
   }

@@ -153,12 +153,24 @@ const DispatchTable& Runtime::dispatch(int index) const {
 }
 
 void Runtime::order_after(int dst, int64_t dst_stream, int src, int64_t src_stream) {
-  if (dst == src && dst_stream == src_stream) return;
+  check_index(dst);
+  check_index(src);
   StreamRegistry& s = streams(src);
-  if (devices_[dst].plugin == devices_[src].plugin) {
+  StreamRegistry& d = streams(dst);
+  (void)s.handle(src_stream);  // validate both ids before anything is created
+  (void)d.handle(dst_stream);
+  if (dst == src && dst_stream == src_stream) return;
+  // fl_abi.h: stream_wait_event takes an event of the same device only, so an event orders
+  // streams of one plugin device; anything else waits for the source stream on the host.
+  if (devices_[dst].plugin == devices_[src].plugin && devices_[dst].local == devices_[src].local) {
     fl_event_t e = s.create_event(false);
-    s.record(e, src_stream);
-    streams(dst).wait(dst_stream, e);
+    try {
+      s.record(e, src_stream);
+      d.wait(dst_stream, e);
+    } catch (...) {
+      s.destroy_event(e);
+      throw;
+    }
     s.destroy_event(e);
   } else {
     s.synchronize(src_stream);

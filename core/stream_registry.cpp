@@ -46,14 +46,13 @@ int64_t StreamRegistry::create(int32_t priority) {
 int64_t StreamRegistry::from_pool() {
   {
     std::lock_guard lock(mutex_);
-    if (pool_.size() == static_cast<size_t>(kPoolSize)) {
-      int64_t id = pool_[pool_next_++ % pool_.size()];
-      return id;
-    }
+    if (pool_.size() >= static_cast<size_t>(kPoolSize)) return pool_[pool_next_++ % pool_.size()];
   }
+  // Created outside the lock (a plugin call). Threads racing here may each create one; only
+  // the first kPoolSize join the pool, the others stay registered streams of their caller.
   int64_t id = create(0);
   std::lock_guard lock(mutex_);
-  pool_.push_back(id);
+  if (pool_.size() < static_cast<size_t>(kPoolSize)) pool_.push_back(id);
   return id;
 }
 

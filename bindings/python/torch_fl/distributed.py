@@ -96,6 +96,12 @@ class FlProcessGroup(dist.ProcessGroup):
         self._rank = rank
         self._size = size
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("flccl-gloo/", store), rank, size, timeout)
+        # c10d asks the group for a per-device backend in places (init_process_group(device_id=
+        # fl:N) checks `_get_backend(device_id).supports_splitting`; object collectives pick a
+        # device from `_device_types`). The Gloo backend answers those queries; collectives
+        # called on this group still run through the methods below.
+        self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
+        self._register_backend(torch.device("fl"), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
 
     # -- identity
 

@@ -69,3 +69,5 @@ def _autoload() -> None:
 
 
 _register()
+
+from . import _lightning_hook  # noqa: E402,F401 - Trainer(accelerator="fl") registers itself when Lightning loads

@@ -31,8 +31,12 @@ void launch_add_inplace(const fl_tensor& out, const fl_tensor& addend, const Lau
 
 namespace {
 
+// cuDNN refusing a configuration (NOT_SUPPORTED) becomes FL_ERR_NOT_SUPPORTED: the core then
+// falls back for the call (outputs are rewritten entirely by the fallback).
 void check_dnn(cudnnStatus_t status, const char* what) {
   if (status == CUDNN_STATUS_SUCCESS) return;
+  if (status == CUDNN_STATUS_NOT_SUPPORTED)
+    plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(what) + ": " + cudnnGetErrorString(status));
   if (status == CUDNN_STATUS_ALLOC_FAILED)
     plugin::raise(FL_ERR_OUT_OF_MEMORY, std::string(what) + ": " + cudnnGetErrorString(status));
   plugin::raise(FL_ERR_DEVICE, std::string(what) + ": " + cudnnGetErrorString(status));
@@ -43,10 +47,16 @@ enum class Pass { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
 // Everything an algorithm choice depends on.
 using ConvKey = std::tuple<int, int, std::array<int64_t, 4>, std::array<int64_t, 4>, std::array<int, 6>, int, int>;
 
+// An algorithm and the math type cuDNN's heuristics paired with it.
+struct AlgoChoice {
+  int algo = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
 struct ConvDevice {
   std::mutex mutex;
   cudnnHandle_t handle = nullptr;
-  std::map<ConvKey, int> algos;  // ConvKey -> algorithm enum value
+  std::map<ConvKey, AlgoChoice> algos;
 };
 
 std::mutex g_conv_mutex;
@@ -163,36 +173,44 @@ ConvKey make_key(Pass pass, const fl_tensor& x, const fl_tensor& w, const ConvPa
                  p.groups, static_cast<int>(flags & (FL_CALL_PRECISE | FL_CALL_DETERMINISTIC))};
 }
 
-// Candidate algorithms for one pass, best first, filtered by status and determinism.
+// Candidate algorithms for one pass, best first, filtered by status, determinism and (for a
+// precise float32 call) tensor-op math, which would mean TF32.
 template <class Perf, class GetFn>
-std::vector<int> candidates(GetFn get, bool deterministic, const char* what) {
+std::vector<AlgoChoice> candidates(GetFn get, bool deterministic, bool no_tensor_ops, const char* what) {
   constexpr int kMax = 16;
   Perf perf[kMax];
   int returned = 0;
   check_dnn(get(kMax, &returned, perf), what);
-  std::vector<int> out;
+  std::vector<AlgoChoice> out;
   for (int i = 0; i < returned; ++i) {
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
     if (deterministic && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
-    out.push_back(static_cast<int>(perf[i].algo));
+    if (no_tensor_ops && (perf[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                          perf[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
+      continue;
+    out.push_back(AlgoChoice{static_cast<int>(perf[i].algo), perf[i].mathType});
   }
   return out;
 }
 
-// Runs `run(algo)` with the cached algorithm, or tries the candidates in order until one is
-// accepted (cuDNN refuses an unsupported configuration before launching anything).
+// Runs `run(algo)` with the cached choice, or tries the candidates in order until one is
+// accepted (cuDNN refuses an unsupported configuration before launching anything). The
+// convolution descriptor takes each candidate's math type before it runs.
 template <class Candidates, class Run>
-void run_with_algo(ConvDevice& dev, const ConvKey& key, Candidates&& list, Run&& run, const char* name) {
+void run_with_algo(ConvDevice& dev, cudnnConvolutionDescriptor_t conv, const ConvKey& key, Candidates&& list,
+                   Run&& run, const char* name) {
   auto it = dev.algos.find(key);
   if (it != dev.algos.end()) {
-    check_dnn(run(it->second), name);
+    check_dnn(cudnnSetConvolutionMathType(conv, it->second.math), "cudnnSetConvolutionMathType");
+    check_dnn(run(it->second.algo), name);
     return;
   }
   cudnnStatus_t last = CUDNN_STATUS_NOT_SUPPORTED;
-  for (int algo : list()) {
-    last = run(algo);
+  for (const AlgoChoice& choice : list()) {
+    check_dnn(cudnnSetConvolutionMathType(conv, choice.math), "cudnnSetConvolutionMathType");
+    last = run(choice.algo);
     if (last == CUDNN_STATUS_SUCCESS) {
-      dev.algos[key] = algo;
+      dev.algos[key] = choice;
       return;
     }
     if (last != CUDNN_STATUS_NOT_SUPPORTED) break;
@@ -251,6 +269,7 @@ FL_CUDA_KERNEL(k_convolution) {
     if (plugin::numel(y) == 0) return;
     const bool precise = (call->flags & FL_CALL_PRECISE) != 0;
     const bool deterministic = (call->flags & FL_CALL_DETERMINISTIC) != 0;
+    const bool no_tf32 = precise && x.dtype == FL_DTYPE_FLOAT32;
 
     TensorDesc xd, yd;
     FilterDesc wd;
@@ -269,7 +288,7 @@ FL_CUDA_KERNEL(k_convolution) {
             [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* perf) {
               return cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, n, got, perf);
             },
-            deterministic, "cudnnGetConvolutionForwardAlgorithm_v7");
+            deterministic, no_tf32, "cudnnGetConvolutionForwardAlgorithm_v7");
       };
       auto run = [&](int algo) -> cudnnStatus_t {
         const auto alg = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
@@ -281,7 +300,7 @@ FL_CUDA_KERNEL(k_convolution) {
                                        plugin::data_ptr<const void>(w), cd.d, alg, ws.get(), ws_bytes,
                                        sc.zero(x.dtype), yd.d, plugin::data_ptr<void>(y));
       };
-      run_with_algo(dev, make_key(Pass::Forward, x, w, p, call->flags), list, run, "cudnnConvolutionForward");
+      run_with_algo(dev, cd.d, make_key(Pass::Forward, x, w, p, call->flags), list, run, "cudnnConvolutionForward");
     }
     if (bias != nullptr) {
       // bias (C) viewed as (C, 1, 1), broadcast over (N, C, H, W).
@@ -329,6 +348,7 @@ FL_CUDA_KERNEL(k_convolution_backward) {
       plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": grad_bias must be 1-D of out_channels");
     const bool precise = (call->flags & FL_CALL_PRECISE) != 0;
     const bool deterministic = (call->flags & FL_CALL_DETERMINISTIC) != 0;
+    const bool no_tf32 = precise && x.dtype == FL_DTYPE_FLOAT32;
     const bool empty = plugin::numel(dy) == 0 || plugin::numel(x) == 0 || plugin::numel(w) == 0;
 
     TensorDesc xd, dyd;
@@ -361,7 +381,7 @@ FL_CUDA_KERNEL(k_convolution_backward) {
               [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
                 return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, dyd.d, cd.d, dxd.d, n, got, perf);
               },
-              deterministic, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+              deterministic, no_tf32, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
         };
         auto run = [&](int algo) -> cudnnStatus_t {
           const auto alg = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
@@ -373,7 +393,7 @@ FL_CUDA_KERNEL(k_convolution_backward) {
                                               plugin::data_ptr<const void>(dy), cd.d, alg, ws.get(), ws_bytes,
                                               sc.zero(x.dtype), dxd.d, plugin::data_ptr<void>(dx));
         };
-        run_with_algo(dev, make_key(Pass::BackwardData, x, w, p, call->flags), list, run,
+        run_with_algo(dev, cd.d, make_key(Pass::BackwardData, x, w, p, call->flags), list, run,
                       "cudnnConvolutionBackwardData");
       }
       if (want_dw) {
@@ -385,7 +405,7 @@ FL_CUDA_KERNEL(k_convolution_backward) {
               [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
                 return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, dyd.d, cd.d, dwd.d, n, got, perf);
               },
-              deterministic, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+              deterministic, no_tf32, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
         };
         auto run = [&](int algo) -> cudnnStatus_t {
           const auto alg = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
@@ -398,7 +418,7 @@ FL_CUDA_KERNEL(k_convolution_backward) {
                                                 plugin::data_ptr<const void>(dy), cd.d, alg, ws.get(), ws_bytes,
                                                 sc.zero(x.dtype), dwd.d, plugin::data_ptr<void>(dw));
         };
-        run_with_algo(dev, make_key(Pass::BackwardFilter, x, w, p, call->flags), list, run,
+        run_with_algo(dev, cd.d, make_key(Pass::BackwardFilter, x, w, p, call->flags), list, run,
                       "cudnnConvolutionBackwardFilter");
       }
     }

@@ -72,7 +72,7 @@ struct DenseInputs {
 };
 
 template <class T, class TO, class C, int N, int VEC, class Op>
-__global__ void elementwise_dense_kernel(int64_t n, TO* __restrict__ out, DenseInputs<T, C, N> in, Op op) {
+__global__ void elementwise_dense_kernel(int64_t n, TO* out, DenseInputs<T, C, N> in, Op op) {  // out may alias an input
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t nvec = n / VEC;

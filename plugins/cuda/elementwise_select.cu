@@ -131,6 +131,19 @@ FL_CUDA_KERNEL(k_where_self_out) {
   });
 }
 
+// masked_fill.Scalar_out / Tensor_out(self, mask, value): out = mask ? value : self.
+FL_CUDA_KERNEL(k_masked_fill_out) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const std::vector<ElementwiseInput> ins = {elementwise_input(a, 1), elementwise_input(a, 2),
+                                               elementwise_input(a, 0)};
+    const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    const ComputeKind kind = compute_kind_for(p, {ins[2]}, true);
+    launch_elementwise<WhereOp, 3>("aten::masked_fill", p, kind, OpParams{}, ctx);
+  });
+}
+
 FL_CUDA_KERNEL(k_eq_out) { return run_compare(call, kEq, "aten::eq"); }
 FL_CUDA_KERNEL(k_ne_out) { return run_compare(call, kNe, "aten::ne"); }
 FL_CUDA_KERNEL(k_lt_out) { return run_compare(call, kLt, "aten::lt"); }

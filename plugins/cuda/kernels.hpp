@@ -22,6 +22,7 @@ fl_status_t k_maximum_out(const fl_kernel_call* call);
 fl_status_t k_minimum_out(const fl_kernel_call* call);
 fl_status_t k_clamp_out(const fl_kernel_call* call);
 fl_status_t k_where_self_out(const fl_kernel_call* call);
+fl_status_t k_masked_fill_out(const fl_kernel_call* call);
 fl_status_t k_eq_out(const fl_kernel_call* call);
 fl_status_t k_ne_out(const fl_kernel_call* call);
 fl_status_t k_lt_out(const fl_kernel_call* call);
@@ -62,6 +63,11 @@ fl_status_t k_mean_all_out(const fl_kernel_call* call);
 fl_status_t k_amax_out(const fl_kernel_call* call);
 fl_status_t k_amin_out(const fl_kernel_call* call);
 fl_status_t k_argmax_out(const fl_kernel_call* call);
+fl_status_t k_argmin_out(const fl_kernel_call* call);
+fl_status_t k_max_dim(const fl_kernel_call* call);
+fl_status_t k_min_dim(const fl_kernel_call* call);
+fl_status_t k_max_all_out(const fl_kernel_call* call);
+fl_status_t k_min_all_out(const fl_kernel_call* call);
 
 // softmax.cu
 fl_status_t k_softmax_out(const fl_kernel_call* call);

@@ -99,11 +99,12 @@ struct ExtremePolicy {
   __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t) { store_as(out, o, dt, a); }
 };
 
-// First index of the maximum; NaN counts as the maximum (first NaN wins), as in ATen.
-template <class A>
-struct ArgmaxPolicy {
+// First index of the maximum (kMax) or minimum; NaN counts as the extreme (first NaN wins),
+// as in ATen.
+template <class A, bool kMax>
+struct ArgPolicy {
   using Acc = ArgPair<A>;
-  __device__ static Acc identity() { return Acc{lowest<A>(), LLONG_MAX}; }
+  __device__ static Acc identity() { return Acc{kMax ? lowest<A>() : highest<A>(), LLONG_MAX}; }
   __device__ static Acc load(const void* in, int64_t off, fl_dtype_t dt, int64_t r) {
     return Acc{load_as<A>(in, off, dt), r};
   }
@@ -113,8 +114,8 @@ struct ArgmaxPolicy {
       if (a_nan && b_nan) return a.i < b.i ? a : b;
       return a_nan ? a : b;
     }
-    if (a.v > b.v) return a;
-    if (b.v > a.v) return b;
+    if (kMax ? a.v > b.v : a.v < b.v) return a;
+    if (kMax ? b.v > a.v : b.v < a.v) return b;
     return a.i < b.i ? a : b;
   }
   __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t) { store_as(out, o, dt, a.i); }
@@ -260,7 +261,7 @@ void launch_policy(const ReduceGeometry& g, const fl_tensor& in, const fl_tensor
   }
 }
 
-enum class ReduceOp { Sum, Mean, Amax, Amin, Argmax };
+enum class ReduceOp { Sum, Mean, Amax, Amin, Argmax, Argmin };
 
 void check_reduce_dtypes(const char* name, const fl_tensor& in, const fl_tensor& out) {
   if (!is_real_dtype(in.dtype)) unsupported_dtype(name, in.dtype);
@@ -274,7 +275,7 @@ void run_reduce(const char* name, ReduceOp op, const fl_tensor& in, const std::v
   if (plugin::numel(out) != g.out_count)
     plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output has " + std::to_string(plugin::numel(out)) +
                                                " elements, expected " + std::to_string(g.out_count));
-  if (g.red_count == 0 && (op == ReduceOp::Amax || op == ReduceOp::Amin || op == ReduceOp::Argmax))
+  if (g.red_count == 0 && op != ReduceOp::Sum && op != ReduceOp::Mean)
     plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": reduction over zero elements");
   const bool dbl = in.dtype == FL_DTYPE_FLOAT64 || (op == ReduceOp::Sum || op == ReduceOp::Mean ? out.dtype == FL_DTYPE_FLOAT64 : false);
   const bool flt = is_floating_dtype(in.dtype) || ((op == ReduceOp::Sum || op == ReduceOp::Mean) && is_floating_dtype(out.dtype));
@@ -301,9 +302,15 @@ void run_reduce(const char* name, ReduceOp op, const fl_tensor& in, const std::v
       return;
     case ReduceOp::Argmax:
       if (out.dtype != FL_DTYPE_INT64) unsupported_dtype(name, out.dtype);
-      if (dbl) launch_policy<ArgmaxPolicy<double>>(g, in, out, ctx);
-      else if (flt) launch_policy<ArgmaxPolicy<float>>(g, in, out, ctx);
-      else launch_policy<ArgmaxPolicy<int64_t>>(g, in, out, ctx);
+      if (dbl) launch_policy<ArgPolicy<double, true>>(g, in, out, ctx);
+      else if (flt) launch_policy<ArgPolicy<float, true>>(g, in, out, ctx);
+      else launch_policy<ArgPolicy<int64_t, true>>(g, in, out, ctx);
+      return;
+    case ReduceOp::Argmin:
+      if (out.dtype != FL_DTYPE_INT64) unsupported_dtype(name, out.dtype);
+      if (dbl) launch_policy<ArgPolicy<double, false>>(g, in, out, ctx);
+      else if (flt) launch_policy<ArgPolicy<float, false>>(g, in, out, ctx);
+      else launch_policy<ArgPolicy<int64_t, false>>(g, in, out, ctx);
       return;
   }
 }
@@ -356,19 +363,51 @@ FL_CUDA_KERNEL(k_mean_all_out) { return reduce_entry(call, "aten::mean", ReduceO
 FL_CUDA_KERNEL(k_amax_out) { return reduce_entry(call, "aten::amax", ReduceOp::Amax, true); }
 FL_CUDA_KERNEL(k_amin_out) { return reduce_entry(call, "aten::amin", ReduceOp::Amin, true); }
 
-// argmax.out(self, dim?, keepdim): with no dim, the index into the flattened tensor.
-FL_CUDA_KERNEL(k_argmax_out) {
+// max.unary_out(self) / min.unary_out(self): over all elements.
+FL_CUDA_KERNEL(k_max_all_out) { return reduce_entry(call, "aten::max", ReduceOp::Amax, false); }
+FL_CUDA_KERNEL(k_min_all_out) { return reduce_entry(call, "aten::min", ReduceOp::Amin, false); }
+
+namespace {
+
+// argmax.out / argmin.out(self, dim?, keepdim): with no dim, the index into the flattened tensor.
+fl_status_t arg_entry(const fl_kernel_call* call, const char* name, ReduceOp op) {
   return plugin::guard([&] {
     const LaunchContext ctx = begin_kernel(call);
     Args a(call);
-    const fl_tensor& in = device_tensor(a, 0, "aten::argmax");
+    const fl_tensor& in = device_tensor(a, 0, name);
     std::vector<bool> mask(static_cast<size_t>(in.ndim), true);
     if (!a.is_none(1) && in.ndim > 0) {
       std::fill(mask.begin(), mask.end(), false);
-      mask[static_cast<size_t>(normalize_dim(a.integer(1), in.ndim, "aten::argmax"))] = true;
+      mask[static_cast<size_t>(normalize_dim(a.integer(1), in.ndim, name))] = true;
     }
-    run_reduce("aten::argmax", ReduceOp::Argmax, in, mask, a.output(0), ctx);
+    run_reduce(name, op, in, mask, a.output(0), ctx);
   });
 }
+
+// max.dim_max / min.dim_min(self, dim, keepdim) -> (values, indices): two reductions whose
+// results agree (both take the first NaN, or the extreme value).
+fl_status_t dim_extreme_entry(const fl_kernel_call* call, const char* name, bool is_max) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const fl_tensor& in = device_tensor(a, 0, name);
+    std::vector<bool> mask(static_cast<size_t>(in.ndim), in.ndim == 0);
+    if (in.ndim > 0) mask[static_cast<size_t>(normalize_dim(a.integer(1), in.ndim, name))] = true;
+    const fl_tensor& values = a.output(0);
+    const fl_tensor& indices = a.output(1);
+    if (indices.dtype != FL_DTYPE_INT64) unsupported_dtype(name, indices.dtype);
+    check_reduce_dtypes(name, in, values);
+    if (plugin::numel(in) == 0) plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": empty input");
+    run_reduce(name, is_max ? ReduceOp::Amax : ReduceOp::Amin, in, mask, values, ctx);
+    run_reduce(name, is_max ? ReduceOp::Argmax : ReduceOp::Argmin, in, mask, indices, ctx);
+  });
+}
+
+}  // namespace
+
+FL_CUDA_KERNEL(k_argmax_out) { return arg_entry(call, "aten::argmax", ReduceOp::Argmax); }
+FL_CUDA_KERNEL(k_argmin_out) { return arg_entry(call, "aten::argmin", ReduceOp::Argmin); }
+FL_CUDA_KERNEL(k_max_dim) { return dim_extreme_entry(call, "aten::max.dim", true); }
+FL_CUDA_KERNEL(k_min_dim) { return dim_extreme_entry(call, "aten::min.dim", false); }
 
 }  // namespace fl::cuda

@@ -12,12 +12,16 @@
 #   build         ninja -C build-gpu
 #   plugin_check  fl-plugin-check on libfl_cuda.so -> $OUT/plugin_check_cuda.json (+ text)
 #   dlopen_smoke  loads libfl_cuda.so with python ctypes, init, device list, kernel count
-#   example_cnn   examples/train_cnn.py on fl:0 (the CUDA plugin only), compared with cuda
+#   example_cnn   examples/train_cnn.py on fl:0 (the CUDA plugin only), then on cuda:0 apart
 #   bench_compare bench/compare.py --native cuda:0 --fl fl:0
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
 #
 # Environment: FL_GPU_VENV (default /opt/torch/.venv), OUT, FL_BUILD_DIR (default build-gpu),
 # FL_BENCH_WORKLOADS (default "small_ops gemm cnn"), FL_CNN_EPOCHS (default 3).
+# Before the call, here: `../shared/device/pack-deps.sh libopenblas-dev libopenblas0
+# libopenblas0-pthread libopenblas-pthread-dev` (the CPU plugin, which fl-plugin-check uses as
+# its reference, needs pkg-config's `openblas`; the default pack does not carry it), and name
+# `.devdeps` in `carry`.
 # The plugin finds cuBLAS/cuDNN through its RUNPATH (set at build time from where meson
 # found them); LD_LIBRARY_PATH is not needed for it.
 set -uo pipefail
@@ -69,6 +73,10 @@ step_env_info() {
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'available', torch.cuda.is_available())"
   "$VENV/bin/meson" --version 2>/dev/null || meson --version
   "$VENV/bin/ninja" --version 2>/dev/null || ninja --version
+  echo "--- pkg-config (from .devdeps)"
+  for p in fmt spdlog yaml-cpp nlohmann_json catch2 openblas; do
+    printf '%-14s %s\n' "$p" "$(pkg-config --modversion "$p" 2>/dev/null || echo 'MISSING')"
+  done
   echo "--- cuBLAS / cuDNN candidates"
   local site
   site=$("$PY" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
@@ -110,14 +118,20 @@ PYEOF
 step_example_cnn() {
   python_env
   if [[ ! -f examples/train_cnn.py ]]; then echo "examples/train_cnn.py absent; skipping"; return 0; fi
-  "$PY" examples/train_cnn.py --device fl:0 --epochs "${FL_CNN_EPOCHS:-3}" --compare cuda
+  # Native CUDA in its own process (pytorch#161129: no native CUDA autograd beside fl).
+  "$PY" examples/train_cnn.py --device fl:0 --epochs "${FL_CNN_EPOCHS:-3}" --json "$OUT/example_cnn_fl.json"
+  local rc=$?
+  (unset FL_PLUGIN_PATH; "$PY" examples/train_cnn.py --device cuda:0 --epochs "${FL_CNN_EPOCHS:-3}" \
+     --json "$OUT/example_cnn_cuda.json") || true
+  return $rc
 }
 
 step_bench_compare() {
   python_env
   if [[ ! -f bench/compare.py ]]; then echo "bench/compare.py absent; skipping"; return 0; fi
   # shellcheck disable=SC2086
-  "$PY" bench/compare.py --native cuda:0 --fl fl:0 --workloads ${FL_BENCH_WORKLOADS:-small_ops gemm cnn}
+  "$PY" bench/compare.py --native cuda:0 --fl fl:0 --workloads ${FL_BENCH_WORKLOADS:-small_ops gemm cnn} \
+    --json "$OUT/bench_compare.json"
 }
 
 # ---- OWNER HOOKS: add steps here (function step_<name>, then list <name> in STEPS) ----

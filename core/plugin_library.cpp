@@ -2,6 +2,7 @@
 #include "plugin_library.h"
 
 #include "log.h"
+#include "plugin_validation.h"
 
 #include <boost/dll/shared_library.hpp>
 #include <boost/system/system_error.hpp>
@@ -12,7 +13,6 @@
 #include <exception>
 #include <fstream>
 #include <system_error>
-#include <set>
 #include <utility>
 
 namespace fl {
@@ -59,40 +59,6 @@ bool call_plugin(Call&& call, std::string& exception_message) {
   return false;
 }
 
-struct RequiredEntry {
-  const char* name;
-  bool (*present)(const fl_device_ops&);
-};
-
-#define FL_REQUIRED(member) \
-  RequiredEntry { #member, [](const fl_device_ops& o) { return o.member != nullptr; } }
-
-const RequiredEntry kRequiredEntries[] = {
-    FL_REQUIRED(init),
-    FL_REQUIRED(shutdown),
-    FL_REQUIRED(last_error),
-    FL_REQUIRED(device_count),
-    FL_REQUIRED(device_get_properties),
-    FL_REQUIRED(device_memory_info),
-    FL_REQUIRED(device_synchronize),
-    FL_REQUIRED(fl_malloc),
-    FL_REQUIRED(fl_free),
-    FL_REQUIRED(fl_memset_async),
-    FL_REQUIRED(fl_memcpy_async),
-    FL_REQUIRED(stream_create),
-    FL_REQUIRED(stream_destroy),
-    FL_REQUIRED(stream_synchronize),
-    FL_REQUIRED(stream_query),
-    FL_REQUIRED(stream_wait_event),
-    FL_REQUIRED(event_create),
-    FL_REQUIRED(event_destroy),
-    FL_REQUIRED(event_record),
-    FL_REQUIRED(event_query),
-    FL_REQUIRED(event_synchronize),
-    FL_REQUIRED(kernels_get),
-};
-#undef FL_REQUIRED
-
 spdlog::level::level_enum to_spdlog_level(int32_t level) {
   switch (level) {
     case FL_LOG_TRACE: return spdlog::level::trace;
@@ -101,13 +67,6 @@ spdlog::level::level_enum to_spdlog_level(int32_t level) {
     case FL_LOG_WARN: return spdlog::level::warn;
     default: return spdlog::level::err;
   }
-}
-
-// "aten::add.out": a non-empty namespace, "::", a non-empty name.
-bool valid_op_name(const char* op) {
-  if (op == nullptr) return false;
-  const char* sep = std::strstr(op, "::");
-  return sep != nullptr && sep != op && sep[2] != '\0';
 }
 
 // Boost.DLL's message embeds the dynamic loader's text as "(dlerror system message: TEXT): ";
@@ -160,37 +119,16 @@ std::shared_ptr<PluginLibrary> PluginLibrary::open(const std::filesystem::path& 
   std::string exception_message;
   if (!call_plugin([&] { table = get_ops(); }, exception_message))
     throw PluginLoadError(path, LoadStep::Table, std::string(FL_PLUGIN_ENTRY_SYMBOL) + ": " + exception_message);
-  if (table == nullptr)
-    throw PluginLoadError(path, LoadStep::Table, std::string(FL_PLUGIN_ENTRY_SYMBOL) + " returned NULL");
-  log().debug("plugin {}: table at {}", path.string(), static_cast<const void*>(table));
-
-  if (table->abi_major != FL_ABI_MAJOR)
-    throw PluginLoadError(
-        path, LoadStep::Version,
-        "plugin ABI " + std::to_string(table->abi_major) + "." + std::to_string(table->abi_minor) +
-            ", host ABI " + std::to_string(FL_ABI_MAJOR) + "." + std::to_string(FL_ABI_MINOR) +
-            "; accepted: major " + std::to_string(FL_ABI_MAJOR) + ", any minor");
-  log().debug("plugin {}: ABI {}.{} accepted (host {}.{})", path.string(), table->abi_major,
-              table->abi_minor, FL_ABI_MAJOR, FL_ABI_MINOR);
-
-  if (table->struct_size < FL_DEVICE_OPS_MIN_SIZE)
-    throw PluginLoadError(path, LoadStep::StructSize,
-                          "struct_size " + std::to_string(table->struct_size) +
-                              " is below the minimum " + std::to_string(FL_DEVICE_OPS_MIN_SIZE) +
-                              " of ABI major " + std::to_string(FL_ABI_MAJOR));
-  log().debug("plugin {}: struct_size {} (host {})", path.string(), table->struct_size,
-              sizeof(fl_device_ops));
+  LoadStep failed_step = LoadStep::Table;
+  const std::string problem = validate_device_ops(table, SIZE_MAX, &failed_step);
+  if (!problem.empty()) throw PluginLoadError(path, failed_step, problem);
+  log().debug("plugin {}: table at {}: ABI {}.{} accepted (host {}.{}), struct_size {} (host {})",
+              path.string(), static_cast<const void*>(table), table->abi_major, table->abi_minor,
+              FL_ABI_MAJOR, FL_ABI_MINOR, table->struct_size, sizeof(fl_device_ops));
 
   std::shared_ptr<PluginLibrary> plugin(new PluginLibrary(std::move(impl)));
   plugin->path_ = path;
   std::memcpy(&plugin->ops_, table, std::min(table->struct_size, sizeof(fl_device_ops)));
-
-  if (table->plugin_name == nullptr || table->plugin_name[0] == '\0')
-    throw PluginLoadError(path, LoadStep::RequiredEntries, "plugin_name is NULL or empty");
-  for (const RequiredEntry& required : kRequiredEntries)
-    if (!required.present(plugin->ops_))
-      throw PluginLoadError(path, LoadStep::RequiredEntries,
-                            std::string("required entry '") + required.name + "' is NULL");
   plugin->name_ = table->plugin_name;
   plugin->version_ = table->plugin_version != nullptr ? table->plugin_version : "";
   plugin->build_id_ = read_elf_build_id(path);
@@ -276,37 +214,12 @@ void PluginLibrary::read_kernels() {
     fail_after_init(LoadStep::Kernels, "kernels_get: " + exception_message);
   if (status != FL_OK)
     fail_after_init(LoadStep::Kernels, std::string("kernels_get: ") + status_name(status) + ": " + last_error());
-  if (count > 0 && entries == nullptr)
-    fail_after_init(LoadStep::Kernels, "kernels_get returned NULL entries with count " + std::to_string(count));
-
-  // The table is a C array of the plugin's fl_kernel_entry; a newer minor with a longer
-  // entry is walked with its own struct_size as the stride (the ABI does not say; see
-  // the report). Entries shorter than this header's struct are rejected.
-  size_t stride = sizeof(fl_kernel_entry);
-  if (count > 0 && entries[0].struct_size > sizeof(fl_kernel_entry)) stride = entries[0].struct_size;
-  std::set<std::string> seen;
-  for (size_t i = 0; i < count; ++i) {
-    const auto& e = *reinterpret_cast<const fl_kernel_entry*>(reinterpret_cast<const char*>(entries) + i * stride);
-    std::string label = std::to_string(i) + " (" + (e.op != nullptr ? std::string("'") + e.op + "'" : "NULL op") + ")";
-    std::string why;
-    if (e.struct_size < sizeof(fl_kernel_entry))
-      why = "struct_size " + std::to_string(e.struct_size) + " < " + std::to_string(sizeof(fl_kernel_entry));
-    else if (!valid_op_name(e.op))
-      why = "op name must be '<namespace>::<name>'";
-    else if (e.fn == nullptr)
-      why = "fn is NULL";
-    else if (!seen.insert(e.op).second)
-      why = "duplicate op (the first entry wins)";
-    if (!why.empty()) {
-      log().warn("plugin {}: kernel entry {} dropped: {}", name_, label, why);
-      rejected_kernels_.push_back(label + ": " + why);
-      continue;
-    }
-    fl_kernel_entry copy{};
-    std::memcpy(&copy, &e, sizeof(fl_kernel_entry));
-    copy.struct_size = sizeof(fl_kernel_entry);
-    kernels_.push_back(copy);
-  }
+  KernelTableCheck check = validate_kernel_table(entries, count);
+  if (!check.error.empty()) fail_after_init(LoadStep::Kernels, check.error);
+  for (const std::string& why : check.rejected)
+    log().warn("plugin {}: kernel entry dropped: {}", name_, why);
+  kernels_ = std::move(check.accepted);
+  rejected_kernels_ = std::move(check.rejected);
   log().debug("plugin {}: {} kernels ({} dropped)", path_.string(), kernels_.size(), rejected_kernels_.size());
 }
 

@@ -269,13 +269,15 @@ class ConfigReader {
   }
 
   void read_plugins(const YAML::Node& node, PluginsConfig& out) {
-    if (!open_section(node, "plugins", {"paths", "enable", "disable", "allow_world_writable"}))
+    if (!open_section(node, "plugins",
+                      {"paths", "enable", "disable", "allow_world_writable", "isolated_discovery"}))
       return;
     read_string_list(node["paths"], "plugins.paths", out.paths);
     read_string_list(node["enable"], "plugins.enable", out.enable);
     read_string_list(node["disable"], "plugins.disable", out.disable);
     read_bool(node["allow_world_writable"], "plugins.allow_world_writable",
               out.allow_world_writable);
+    read_bool(node["isolated_discovery"], "plugins.isolated_discovery", out.isolated_discovery);
   }
 
   std::string source_;
@@ -290,7 +292,7 @@ const char* const kOverrideNames[] = {
     "FL_CONFIG",          "FL_LOG_LEVEL",        "FL_LOG_FILE",
     "FL_FALLBACK_STRICT", "FL_ENABLE_CPU_FALLBACK", "FL_ENABLE_GENERIC_KERNEL",
     "FL_MEMORY_FRACTION", "FL_MATMUL_PRECISION", "FL_DETERMINISTIC",
-    "FL_PLUGINS_ENABLE",  "FL_PLUGINS_DISABLE",
+    "FL_PLUGINS_ENABLE",  "FL_PLUGINS_DISABLE",  "FL_ISOLATED_DISCOVERY",
 };
 
 // The variable's value, or nullptr when unset or empty.
@@ -401,6 +403,7 @@ void apply_env_overrides(Config& config, bool secure_execution) {
   env_bool("FL_DETERMINISTIC", config.precision.deterministic);
   env_list("FL_PLUGINS_ENABLE", config.plugins.enable);
   env_list("FL_PLUGINS_DISABLE", config.plugins.disable);
+  env_bool("FL_ISOLATED_DISCOVERY", config.plugins.isolated_discovery);
 }
 
 Config load_config() { return load_config(secure_execution_mode()); }

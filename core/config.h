@@ -13,7 +13,8 @@
 //              warn_once: true}
 //   logging: {level: warn, path: /tmp/fl.log}   # trace|debug|info|warn|error|off; "" = stderr
 //   precision: {matmul: highest, deterministic: false}   # highest|high|medium
-//   plugins: {paths: [/opt/x], enable: [cpu], disable: [hip], allow_world_writable: false}
+//   plugins: {paths: [/opt/x], enable: [cpu], disable: [hip], allow_world_writable: false,
+//             isolated_discovery: false}
 //
 // A section given with no value (`fallback:`) keeps its defaults. Booleans are true/false
 // (yes/no and on/off are also accepted). Two `devices` entries of the same type are an error.
@@ -30,6 +31,7 @@
 //   FL_DETERMINISTIC          precision.deterministic         (boolean as above)
 //   FL_PLUGINS_ENABLE         plugins.enable, comma-separated (replaces the file's list)
 //   FL_PLUGINS_DISABLE        plugins.disable, comma-separated (replaces the file's list)
+//   FL_ISOLATED_DISCOVERY     plugins.isolated_discovery      (boolean as above)
 // In a setuid/setgid (secure-execution, AT_SECURE) process FL_CONFIG, $HOME and every FL_*
 // override are ignored with a warning; the file read is then the effective user's
 // ~/.torch_fl/config.yaml from the password database.
@@ -75,6 +77,9 @@ struct PluginsConfig {
   std::vector<std::string> enable;
   std::vector<std::string> disable;
   bool allow_world_writable = false;
+  // Probe each candidate in a forked child (open + init + shutdown) before loading it
+  // in-process; a plugin that crashes there is skipped (core/isolated_probe.h).
+  bool isolated_discovery = false;
 };
 
 struct Config {

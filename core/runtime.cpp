@@ -1,6 +1,7 @@
 #include "runtime.h"
 
 #include "error.h"
+#include "isolated_probe.h"
 #include "log.h"
 #include "plugin_discovery.h"
 #include "plugin_library.h"
@@ -80,7 +81,11 @@ Runtime& Runtime::global() {
 
 void Runtime::load_plugins(const std::vector<std::string>& explicit_files) {
   std::map<std::string, std::string> loaded_names;  // name → path
-  for (const auto& c : discover_plugins(explicit_files, config_.plugins)) {
+  const std::vector<PluginCandidate> candidates = discover_plugins(explicit_files, config_.plugins);
+  // Isolated discovery: every candidate is probed in a child first, before any is loaded here.
+  std::map<std::string, std::string> probe_failures;  // path → reason
+  if (config_.plugins.isolated_discovery) probe_failures = probe_candidates(candidates, config_);
+  for (const auto& c : candidates) {
     const std::string path = c.path.string();
     auto skip = [&](const std::string& step, const std::string& reason) {
       log().warn("plugin {} skipped at step '{}': {}", path, step, reason);
@@ -89,6 +94,10 @@ void Runtime::load_plugins(const std::vector<std::string>& explicit_files) {
     log().debug("plugin {}: found via {}", path, c.origin);
     if (!c.refused.empty()) {
       skip("permissions", c.refused + " (set plugins.allow_world_writable to load it anyway)");
+      continue;
+    }
+    if (auto failed = probe_failures.find(path); failed != probe_failures.end()) {
+      skip("probe", failed->second);
       continue;
     }
     std::shared_ptr<PluginLibrary> lib;

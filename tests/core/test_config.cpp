@@ -245,7 +245,7 @@ TEST_CASE("unknown keys are errors at every level", "[config][errors]") {
                     "deterministic)"));
   CHECK_THAT(parse_error("plugins:\n  paths: []\n  path: [/x]\n"),
              Equals("test.yaml:3: unknown key 'path' in 'plugins' (expected one of: paths, "
-                    "enable, disable, allow_world_writable)"));
+                    "enable, disable, allow_world_writable, isolated_discovery)"));
 }
 
 TEST_CASE("duplicate keys and non-string keys", "[config][errors]") {

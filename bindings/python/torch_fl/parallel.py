@@ -407,8 +407,8 @@ class HeteroDataParallel:
             self.balancer.observe(sizes, seconds)
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1
-        loss = sum(results[i][0].to(self.reduce_device, torch.float64) * (sizes[i] / batch) for i in active)
-        return float(loss)
+        # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
+        return sum(float(results[i][0].cpu()) * (sizes[i] / batch) for i in active)
 
     @torch.no_grad()
     def _reduce_gradients(self, weights: dict[int, float]) -> None:

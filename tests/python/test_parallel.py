@@ -1,0 +1,210 @@
+"""torch_fl.parallel: the throughput balancer's split, and HeteroDataParallel on fl:0 + fl:1
+giving the parameters of a single-device big-batch run, bit-identical replicas, and exact
+checkpoint/resume."""
+from __future__ import annotations
+
+import copy
+import io
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from torch_fl.parallel import HeteroDataParallel, ThroughputBalancer
+
+
+# ---- the balancer -----------------------------------------------------------------------
+
+
+def test_split_is_proportional_to_throughput_without_fixed_costs():
+    b = ThroughputBalancer(2)
+    b.calibrate(0, [(10, 0.010), (40, 0.040)])   # 1 ms / sample
+    b.calibrate(1, [(10, 0.030), (40, 0.120)])   # 3 ms / sample
+    assert b.split(100) == [75, 25]
+    assert sum(b.split(37)) == 37
+
+
+def test_split_equalises_predicted_finish_times_with_fixed_costs():
+    b = ThroughputBalancer(2)
+    b.calibrate(0, [(8, 0.010 + 8e-3), (64, 0.010 + 64e-3)])   # a=10 ms, b=1 ms
+    b.calibrate(1, [(8, 0.002 + 16e-3), (64, 0.002 + 128e-3)])  # a=2 ms, b=2 ms
+    sizes = b.split(60)
+    assert sum(sizes) == 60
+    t0 = 0.010 + 1e-3 * sizes[0]
+    t1 = 0.002 + 2e-3 * sizes[1]
+    assert abs(t0 - t1) <= 2e-3  # within one sample of each other
+    assert b.predicted_seconds(sizes) < b.predicted_seconds([60, 0])
+    assert b.predicted_seconds(sizes) < b.predicted_seconds([0, 60])
+
+
+def test_a_device_that_cannot_help_gets_no_shard():
+    b = ThroughputBalancer(2)
+    b.calibrate(0, [(4, 0.004), (16, 0.016)])           # 1 ms/sample, no fixed cost
+    b.calibrate(1, [(4, 0.5), (16, 0.5)], transfer_s=0.1)  # huge fixed cost
+    assert b.split(16) == [16, 0]
+
+
+def test_observe_moves_the_estimate_towards_measured_times():
+    b = ThroughputBalancer(2, ema=0.5)
+    b.calibrate(0, [(10, 0.01), (20, 0.02)])
+    b.calibrate(1, [(10, 0.01), (20, 0.02)])
+    assert b.split(100) == [50, 50]
+    for _ in range(20):  # device 1 turns out 4x slower in real steps
+        b.observe([50, 50], [0.05, 0.20])
+    sizes = b.split(100)
+    assert sizes[0] == pytest.approx(80, abs=2) and sum(sizes) == 100
+
+
+def test_balancer_state_round_trips():
+    b = ThroughputBalancer(3, ema=0.2)
+    for i in range(3):
+        b.calibrate(i, [(4, 0.01 * (i + 1)), (8, 0.03 * (i + 1))], transfer_s=0.001 * i)
+    b.observe([4, 4, 4], [0.02, 0.05, 0.1])
+    c = ThroughputBalancer(3)
+    c.load_state_dict(b.state_dict())
+    assert c.state_dict() == b.state_dict()
+    assert c.split(101) == b.split(101)
+    with pytest.raises(ValueError):
+        ThroughputBalancer(2).load_state_dict(b.state_dict())
+
+
+# ---- HeteroDataParallel on fl:0 + fl:1 --------------------------------------------------
+
+
+def _model(dtype, seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.ReLU(),
+                         nn.Linear(32, 4)).to(dtype)
+
+
+def _data(dtype, steps, batch, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    xs = [torch.randn(batch, 12, generator=g, dtype=dtype) for _ in range(steps)]
+    ys = [torch.randint(0, 4, (batch,), generator=g) for _ in range(steps)]
+    return xs, ys
+
+
+def _optimizer(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def _single_device_run(dtype, xs, ys, device="fl:0"):
+    model = _model(dtype).to(device)
+    opt = _optimizer(model.parameters())
+    for x, y in zip(xs, ys):
+        opt.zero_grad()
+        F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        opt.step()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("split", [None, [3, 1]], ids=["measured", "fixed3to1"])
+def test_hetero_equals_single_device_big_batch(dtype, atol, split):
+    xs, ys = _data(dtype, steps=6, batch=40)
+    expected = _single_device_run(dtype, xs, ys)
+    hdp = HeteroDataParallel(_model(dtype), ["fl:0", "fl:1"], _optimizer, split=split,
+                             rebalance_every=2, debug=True)
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert sum(hdp.last_shards) == 40
+        if split is not None:
+            assert hdp.last_shards == [30, 10]
+        got = [p.detach().cpu() for p in hdp.module.parameters()]
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=atol)
+        # replicas hold exactly the master's bits
+        for p0, p1 in zip(hdp.replicas[0].parameters(), hdp.replicas[1].parameters()):
+            assert p0.device == torch.device("fl:0") and p1.device == torch.device("fl:1")
+            assert torch.equal(p0.detach().cpu(), p1.detach().cpu())
+    finally:
+        hdp.close()
+
+
+def test_returned_loss_is_the_big_batch_mean():
+    xs, ys = _data(torch.float64, steps=1, batch=30)
+    model = _model(torch.float64)
+    with torch.no_grad():
+        expected = F.cross_entropy(model(xs[0]), ys[0]).item()
+    hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _optimizer, split=[2, 1])
+    try:
+        assert hdp.train_step(xs[0], ys[0], F.cross_entropy) == pytest.approx(expected, abs=1e-12)
+    finally:
+        hdp.close()
+
+
+def test_buffers_are_broadcast_from_the_master():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    first_layer = copy.deepcopy(model[0])  # before the step changes it
+    hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _optimizer, split=[1, 1], debug=True)
+    try:
+        x, y = torch.randn(16, 6), torch.randint(0, 2, (16,))
+        hdp.train_step(x, y, F.cross_entropy)
+        bn0, bn1 = hdp.replicas[0][1], hdp.replicas[1][1]
+        assert int(bn0.num_batches_tracked.cpu()) == 1
+        assert torch.equal(bn0.running_mean.cpu(), bn1.running_mean.cpu())
+        # the master's statistics are those of its own shard (the first 8 rows)
+        expected = 0.1 * first_layer(x[:8]).detach().mean(0)
+        torch.testing.assert_close(bn0.running_mean.cpu(), expected, rtol=1e-5, atol=1e-6)
+    finally:
+        hdp.close()
+
+
+def test_debug_mode_detects_diverged_replicas():
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, split=[1, 1])
+    try:
+        with torch.no_grad():
+            next(hdp.replicas[1].parameters()).add_(1.0)
+        with pytest.raises(AssertionError, match="fl:1"):
+            hdp.assert_replicas_identical()
+        hdp.broadcast()
+        hdp.assert_replicas_identical()
+    finally:
+        hdp.close()
+
+
+def test_checkpoint_resume_equals_uninterrupted_run():
+    dtype = torch.float32
+    xs, ys = _data(dtype, steps=6, batch=24)
+
+    straight = HeteroDataParallel(_model(dtype), ["fl:0", "fl:1"], torch.optim.Adam, split=[2, 1])
+    for x, y in zip(xs, ys):
+        straight.train_step(x, y, F.cross_entropy)
+    expected = [p.detach().cpu() for p in straight.module.parameters()]
+    straight.close()
+
+    first = HeteroDataParallel(_model(dtype), ["fl:0", "fl:1"], torch.optim.Adam, split=[2, 1])
+    for x, y in zip(xs[:3], ys[:3]):
+        first.train_step(x, y, F.cross_entropy)
+    buffer = io.BytesIO()
+    torch.save(first.state_dict(), buffer)
+    first.close()
+
+    buffer.seek(0)
+    resumed = HeteroDataParallel(_model(dtype, seed=123), ["fl:0", "fl:1"], torch.optim.Adam,
+                                 split=[2, 1], debug=True)
+    resumed.load_state_dict(torch.load(buffer, weights_only=False))
+    assert resumed.steps == 3
+    for x, y in zip(xs[3:], ys[3:]):
+        resumed.train_step(x, y, F.cross_entropy)
+    for g, e in zip((p.detach().cpu() for p in resumed.module.parameters()), expected):
+        assert torch.equal(g, e)
+    resumed.close()
+
+
+def test_balancer_state_is_checkpointed():
+    xs, ys = _data(torch.float32, steps=2, batch=32)
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, calibration_reps=1)
+    for x, y in zip(xs, ys):
+        hdp.train_step(x, y, F.cross_entropy)
+    state = hdp.state_dict()
+    hdp.close()
+    assert state["balancer"]["calibrated"] and state["balancer"]["observations"] == 2
+    other = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer)
+    other.load_state_dict(state)
+    assert other.balancer.state_dict() == state["balancer"]
+    assert other.balancer.calibrated  # a resumed run does not re-calibrate
+    other.close()

@@ -88,7 +88,8 @@ void init_runtime_devices(const fl_host_services* host, const std::string& optio
   const hipError_t err = hipGetDeviceCount(&count);
   if (err != hipSuccess) {
     (void)hipGetLastError();
-    std::string why = std::string("hipGetDeviceCount: ") + hipGetErrorName(err) + " (" + hipGetErrorString(err) + ")";
+    const std::string name = hipGetErrorName(err), text = hipGetErrorString(err);
+    std::string why = "hipGetDeviceCount: " + name + (text != name ? " (" + text + ")" : "");
     if (access("/dev/kfd", F_OK) != 0) why += "; /dev/kfd is absent: no amdgpu kernel driver";
     plugin::raise(FL_ERR_NO_DEVICE, "no HIP device: " + why);
   }

@@ -1,0 +1,91 @@
+// test_vendor_plugins.cpp — fl-plugin-check's verdicts on the vendor plugins this machine can
+// build but not run (HIP, Ascend: every device-free check passes, device checks are skipped
+// with the runtime's own reason) and on the template plugin (every check, kernels included).
+// A plugin whose path is empty was not built in this configuration: its test is skipped.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct ToolRun {
+  int exit_code = -1;
+  nlohmann::json report;
+  std::string text;
+
+  const nlohmann::json& check(const std::string& name) const {
+    for (const auto& c : report["checks"])
+      if (c["name"] == name) return c;
+    FAIL("no check named " << name);
+    static nlohmann::json none;
+    return none;
+  }
+};
+
+ToolRun run_tool(const std::string& plugin) {
+  const std::string command = std::string(FL_PLUGIN_CHECK_TOOL) + " --json " + plugin + " 2>/dev/null";
+  ToolRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) run.text.append(buffer, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  INFO(run.text);
+  REQUIRE_NOTHROW(run.report = nlohmann::json::parse(run.text));
+  return run;
+}
+
+// Device-free checks pass; with no device, init and every device check are skipped with
+// `no_device_text` in init's message; with a device, nothing fails.
+void check_device_plugin(const std::string& path, const std::string& name, const std::string& no_device_text) {
+  ToolRun run = run_tool(path);
+  INFO(run.text);
+  CHECK(run.exit_code == 0);
+  CHECK(run.report["summary"]["failed"] == 0);
+  CHECK(run.report["plugin"]["name"] == name);
+  CHECK(run.check("exported symbols")["status"] == "pass");
+  CHECK_THAT(run.check("exported symbols")["message"].get<std::string>(), !Catch::Contains("warning"));
+  CHECK(run.check("negotiation")["status"] == "pass");
+  const auto& init = run.check("init");
+  if (init["status"] == "skip") {
+    CHECK_THAT(init["message"].get<std::string>(), Catch::StartsWith("FL_ERR_NO_DEVICE"));
+    CHECK_THAT(init["message"].get<std::string>(), Catch::Contains(no_device_text));
+    for (const auto& c : run.report["checks"])
+      if (c["name"] != "exported symbols" && c["name"] != "negotiation") CHECK(c["status"] == "skip");
+  } else {
+    CHECK(init["status"] == "pass");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the template plugin passes every fl-plugin-check check, its two kernels included") {
+  ToolRun run = run_tool(FL_TEMPLATE_PLUGIN);
+  INFO(run.text);
+  CHECK(run.exit_code == 0);
+  CHECK(run.report["summary"]["failed"] == 0);
+  CHECK(run.report["summary"]["skipped"] == 0);
+  CHECK(run.report["plugin"]["name"] == "template");
+  for (const char* name : {"exported symbols", "negotiation", "init", "kernel table", "device properties", "memory",
+                           "copies", "memset", "stream ordering", "events", "error paths", "leaks",
+                           "kernel aten::add.out", "kernel aten::mul.out"})
+    CHECK(run.check(name)["status"] == "pass");
+}
+
+TEST_CASE("the HIP plugin passes the device-free checks; without an AMD GPU init says why") {
+  if (std::string(FL_HIP_PLUGIN).empty()) {
+    WARN("libfl_hip.so not built in this configuration (no hipcc)");
+    return;
+  }
+  check_device_plugin(FL_HIP_PLUGIN, "hip", "HIP");
+}
+
+TEST_CASE("the Ascend plugin passes the device-free checks; without CANN init says why") {
+  check_device_plugin(FL_ASCEND_PLUGIN, "ascend", "Ascend");
+}

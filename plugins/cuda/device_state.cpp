@@ -104,11 +104,15 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
                 "cudaStreamCreateWithPriority (default stream)");
       // Scratch memory (cudaMallocAsync: cuDNN workspaces, reduction partials) stays cached
       // in the device's default pool up to this size instead of going back at every sync.
+      // Not fatal: without it scratch memory is simply returned to the driver more often.
       gpuMemPool_t pool = nullptr;
-      check_gpu(gpuDeviceGetDefaultMemPool(&pool, i), "cudaDeviceGetDefaultMemPool");
       uint64_t threshold = kScratchPoolKeepBytes;
-      check_gpu(gpuMemPoolSetAttribute(pool, gpuMemPoolAttrReleaseThreshold, &threshold),
-                "cudaMemPoolSetAttribute");
+      if (gpuDeviceGetDefaultMemPool(&pool, i) != gpuSuccess ||
+          gpuMemPoolSetAttribute(pool, gpuMemPoolAttrReleaseThreshold, &threshold) != gpuSuccess) {
+        (void)gpuGetLastError();
+        log_message(FL_LOG_WARN, "cuda plugin: could not set the memory pool release threshold on device " +
+                                     std::to_string(i));
+      }
       CachedProperties p;
       p.name = prop.name;
       p.stable_id = format_uuid(reinterpret_cast<const unsigned char*>(prop.uuid.bytes));

@@ -93,7 +93,7 @@ step_configure() {
 }
 
 step_build() {
-  ninja -C "$BUILD" -j"$(nproc)"
+  ninja -C "$BUILD" -k 0 -j"$(nproc)"
 }
 
 step_plugin_check() {

@@ -1,0 +1,139 @@
+"""One rank of the flccl tests (run by test_distributed.py as a separate process):
+
+    python _flccl_worker.py RANK WORLD INIT_FILE BACKEND OUT
+
+Checks every collective on fl tensors against values computed from the rank numbers (an
+AssertionError exits non-zero), then trains a float64 MLP with DistributedDataParallel on
+fl:RANK for a few steps on this rank's half of each global batch and saves the parameters to
+OUT. Data and model come from fixed seeds, so test_distributed.py can recompute the
+single-process big-batch run."""
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("FL_CPU_DEVICES", "2")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import torch_fl  # noqa: E402,F401
+import torch_fl.distributed  # noqa: E402,F401
+
+STEPS = 4
+GLOBAL_BATCH = 32
+
+
+def make_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(10, 24), nn.Tanh(), nn.Linear(24, 3)).to(torch.float64)
+
+
+def make_data() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(7)
+    return [(torch.randn(GLOBAL_BATCH, 10, generator=g, dtype=torch.float64),
+             torch.randint(0, 3, (GLOBAL_BATCH,), generator=g)) for _ in range(STEPS)]
+
+
+def make_optimizer(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+def check(name: str, actual: torch.Tensor, expected: torch.Tensor) -> None:
+    actual = actual.cpu()
+    assert actual.dtype == expected.dtype, (name, actual.dtype, expected.dtype)
+    assert torch.equal(actual, expected), f"{name}: got {actual}, expected {expected}"
+    print(f"ok {name}", flush=True)
+
+
+def check_collectives(rank: int, world: int, dev: torch.device) -> None:
+    ranks = torch.arange(world, dtype=torch.float32) + 1  # rank r contributes r + 1
+    for op, expected in [(dist.ReduceOp.SUM, ranks.sum()), (dist.ReduceOp.AVG, ranks.mean()),
+                         (dist.ReduceOp.MIN, ranks.min()), (dist.ReduceOp.MAX, ranks.max()),
+                         (dist.ReduceOp.PRODUCT, ranks.prod())]:
+        t = torch.full((5,), float(rank + 1), device=dev)
+        dist.all_reduce(t, op=op)
+        assert t.device == dev
+        check(f"all_reduce {op}", t, torch.full((5,), float(expected)))
+    t = torch.full((3,), rank + 1, dtype=torch.int64, device=dev)
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)  # integers: floor of the mean
+    check("all_reduce AVG int64", t, torch.full((3,), int(ranks.sum()) // world, dtype=torch.int64))
+    t = torch.full((4,), 0.5 * (rank + 1), dtype=torch.bfloat16, device=dev)
+    dist.all_reduce(t)
+    check("all_reduce bfloat16", t, torch.full((4,), 0.5 * float(ranks.sum()), dtype=torch.bfloat16))
+
+    t = torch.full((2, 3), float(10 * rank), device=dev)
+    dist.broadcast(t, src=world - 1)
+    check("broadcast", t, torch.full((2, 3), float(10 * (world - 1))))
+
+    outs = [torch.empty(2, device=dev) for _ in range(world)]
+    dist.all_gather(outs, torch.full((2,), float(rank), device=dev))
+    for r, o in enumerate(outs):
+        check(f"all_gather[{r}]", o, torch.full((2,), float(r)))
+
+    out = torch.empty(world * 3, device=dev)
+    dist.all_gather_into_tensor(out, torch.arange(3, dtype=torch.float32, device=dev) + 100 * rank)
+    check("all_gather_into_tensor", out,
+          torch.cat([torch.arange(3, dtype=torch.float32) + 100 * r for r in range(world)]))
+
+    inputs = [torch.full((2,), float(10 * rank + r), device=dev) for r in range(world)]
+    out = torch.empty(2, device=dev)
+    dist.reduce_scatter(out, inputs)
+    check("reduce_scatter", out, torch.full((2,), float(sum(10 * q + rank for q in range(world)))))
+
+    out = torch.empty(2, device=dev)
+    dist.reduce_scatter_tensor(out, torch.arange(2 * world, dtype=torch.float32, device=dev) + rank,
+                               op=dist.ReduceOp.MAX)
+    check("reduce_scatter_tensor MAX", out, torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + world - 1)
+
+    t = torch.full((2,), float(rank + 1), device=dev)
+    dist.reduce(t, dst=0)
+    if rank == 0:
+        check("reduce", t, torch.full((2,), float(ranks.sum())))
+
+    dist.barrier()
+    print("ok barrier", flush=True)
+
+    objects = [{"from": rank}]
+    dist.broadcast_object_list(objects, src=0)
+    assert objects == [{"from": 0}], objects
+    print("ok broadcast_object_list", flush=True)
+
+    cpu = torch.full((2,), float(rank + 1))  # cpu tensors go through the same group
+    dist.all_reduce(cpu)
+    check("all_reduce cpu", cpu, torch.full((2,), float(ranks.sum())))
+
+
+def train_ddp(rank: int, world: int, dev: torch.device, out: str) -> None:
+    model = make_model().to(dev)
+    if rank != 0:  # DDP must broadcast rank 0's parameters at start
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = make_optimizer(ddp.parameters())
+    shard = GLOBAL_BATCH // world
+    for x, y in make_data():
+        xs, ys = x[rank * shard:(rank + 1) * shard], y[rank * shard:(rank + 1) * shard]
+        opt.zero_grad()
+        F.cross_entropy(ddp(xs.to(dev)), ys.to(dev)).backward()
+        opt.step()
+    torch.save([p.detach().cpu() for p in model.parameters()], out)
+    print("ok ddp", flush=True)
+
+
+def main() -> None:
+    rank, world, init_file, backend, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
+    assert dist.get_backend() in ("flccl", backend), dist.get_backend()
+    dev = torch.device("fl", rank % torch.fl.device_count())
+    torch.fl.set_device(dev.index)
+    check_collectives(rank, world, dev)
+    train_ddp(rank, world, dev, out)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

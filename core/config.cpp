@@ -221,13 +221,17 @@ class ConfigReader {
     read_string(entry["type"], path + ".type", d.type);
     if (d.type.empty()) fail(entry["type"], "'" + path + ".type' must be a non-empty string");
 
-    if (const YAML::Node* n = scalar(entry["count"], path + ".count", "an integer")) {
+    // The node is held here: scalar() returns a pointer to its argument, and a temporary
+    // entry["..."] would be gone before the body runs.
+    const YAML::Node count = entry["count"];
+    if (const YAML::Node* n = scalar(count, path + ".count", "an integer")) {
       if (!parse_int(n->Scalar(), d.count))
         fail(*n, "'" + path + ".count' must be an integer, got '" + n->Scalar() + "'");
       if (d.count < -1)
         fail(*n, "'" + path + ".count' must be -1 (all) or >= 0, got " + n->Scalar());
     }
-    if (const YAML::Node* n = scalar(entry["memory_fraction"], path + ".memory_fraction",
+    const YAML::Node memory_fraction = entry["memory_fraction"];
+    if (const YAML::Node* n = scalar(memory_fraction, path + ".memory_fraction",
                                      "a number")) {
       std::string problem = check_memory_fraction(n->Scalar(), d.memory_fraction);
       if (!problem.empty()) fail(*n, "'" + path + ".memory_fraction' " + problem);

@@ -1,0 +1,81 @@
+"""A tiny Lightning fit on fl, used by test_lightning.py (in process, and as a script for
+`strategy="ddp"`, which Lightning relaunches once per extra rank with the same argv):
+
+    python _lightning_fit.py DEVICES STRATEGY PRECISION OUT_JSON
+
+Writes, per rank, OUT_JSON.rank<N> with the device each training step ran on, the losses, the
+strategy and precision plugin names and the final parameters' checksum."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ.setdefault("FL_CPU_DEVICES", "2")
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+import torch_fl  # noqa: E402,F401 - registers fl (and "fl" with Lightning when it loads)
+import lightning.pytorch as L  # noqa: E402
+
+
+class TinyClassifier(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+        self.losses: list[float] = []
+        self.devices_seen: set[str] = set()
+        self.compute_dtypes: set[str] = set()
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        logits = self.net(x)
+        loss = F.cross_entropy(logits, y)
+        self.losses.append(float(loss.detach().cpu()))
+        self.devices_seen.add(str(x.device))
+        self.compute_dtypes.add(str(logits.dtype))
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.3)
+
+
+def make_loader(batch_size: int = 32) -> DataLoader:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size)
+
+
+def fit(devices, strategy: str = "auto", precision: str = "32-true", epochs: int = 4):
+    torch.manual_seed(0)
+    model = TinyClassifier()
+    trainer = L.Trainer(accelerator="fl", devices=devices, strategy=strategy, precision=precision,
+                        max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False,
+                        logger=False, enable_model_summary=False)
+    trainer.fit(model, make_loader())
+    return trainer, model
+
+
+def main() -> None:
+    devices, strategy, precision, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    trainer, model = fit(devices, strategy, precision)
+    result = {
+        "rank": trainer.global_rank,
+        "world_size": trainer.world_size,
+        "strategy": type(trainer.strategy).__name__,
+        "root_device": str(trainer.strategy.root_device),
+        "backend": getattr(trainer.strategy, "process_group_backend", None),
+        "devices_seen": sorted(model.devices_seen),
+        "losses": model.losses,
+        "params": [p.detach().cpu().double().sum().item() for p in model.parameters()],
+    }
+    with open(f"{out}.rank{trainer.global_rank}", "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -44,7 +44,7 @@ if ! "$VPY" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('2
   log "installing torch==2.13.0 and the Python tools"
   "$VPY" -m pip install -q torch==2.13.0
 fi
-"$VPY" -m pip install -q "numpy" "scikit-learn" "tqdm" "pytest" "pyyaml" 2>&1 | grep -v "is ignored" || true
+"$VPY" -m pip install -q "numpy" "scikit-learn" "tqdm" "pytest" "pyyaml" "lightning==2.6.6" 2>&1 | grep -v "is ignored" || true
 
 # The CUDA plugin builds whenever nvcc exists; cuBLAS/cuDNN headers come from NVIDIA's wheels.
 MESON_EXTRA=()

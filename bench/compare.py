@@ -34,7 +34,8 @@ def run_side(workload: str, device: str, timeout: int) -> dict:
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT"):
             return json.loads(line[len("RESULT"):])
-    raise RuntimeError(f"{workload} on {device} failed:\n{proc.stderr[-3000:]}")
+    raise RuntimeError(f"{workload} on {device} failed (exit {proc.returncode}):\n"
+                       f"{proc.stdout[-1500:]}\n{proc.stderr[-3000:]}")
 
 
 def main() -> None:

@@ -1,11 +1,11 @@
 #include "copy_engine.h"
 
 #include "fl_context.h"
+#include "kernel_call.h"
 
 #include <plugin_library.h>
 
 #include <ATen/ATen.h>
-#include <ATen/ops/copy_ops.h>
 
 namespace fl::binding {
 namespace {
@@ -34,13 +34,65 @@ void memcpy_on(const DeviceRef& d, void* dst, const void* src, size_t bytes, fl_
                       "memcpy");
 }
 
-// Same-device copy through the plugin's copy kernel, when it has one for this case.
+// Same-device copy through the plugin's `aten::copy.out` kernel, called directly (going
+// through the dispatcher would reach ATen's composite copy_out and come back here). False when
+// the plugin has no such kernel or it cannot take these layouts.
 bool device_copy_kernel(const at::Tensor& dst, const at::Tensor& src) {
-  const auto& table = runtime().dispatch(dst.device().index());
-  if (table.find("aten::copy.out", to_fl_dtype(src.scalar_type())) == nullptr) return false;
-  // Route through the dispatcher so the op router builds the call (strides, aliasing).
-  at::_ops::copy_out::call(dst, src, false, const_cast<at::Tensor&>(dst));
+  const c10::DeviceIndex device = dst.device().index();
+  auto& rt = runtime();
+  const fl_kernel_entry* e = rt.dispatch(device).find("aten::copy.out", to_fl_dtype(src.scalar_type()));
+  if (e == nullptr) return false;
+  if (!(e->flags & FL_KERNEL_STRIDED_INPUTS) && !src.is_contiguous()) return false;
+  if (!(e->flags & FL_KERNEL_STRIDED_OUTPUTS) && !dst.is_contiguous()) return false;
+  if (!(e->flags & FL_KERNEL_ALIASING_OK) && dst.storage().is_alias_of(src.storage())) return false;
+  const auto& dev = rt.device(device);
+  KernelCallBuilder call(device, dev.local);
+  if (!call.add_input(dst) || !call.add_input(src) || !call.add_input(c10::IValue(false)) ||
+      !call.add_output(dst))
+    return false;
+  auto& reg = rt.streams(device);
+  const fl_status_t st = e->fn(&call.build(reg.handle(reg.current()), 0, *e));
+  if (st == FL_ERR_NOT_SUPPORTED) return false;
+  dev.plugin->check(st, "aten::copy.out");
   return true;
+}
+
+// The bytes of device memory that a (possibly strided) tensor spans: element offsets
+// [lo, hi] relative to the storage.
+std::pair<int64_t, int64_t> element_span(const at::Tensor& t) {
+  int64_t lo = t.storage_offset(), hi = t.storage_offset();
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return {t.storage_offset(), t.storage_offset() - 1};
+    hi += (t.size(d) - 1) * t.stride(d);
+  }
+  return {lo, hi};
+}
+
+// A host copy of the device memory a strided fl tensor spans, viewed with the same
+// sizes/strides (no device kernel needed). `span_out` receives the host buffer.
+at::Tensor span_to_host(const at::Tensor& t, at::Tensor& span_out) {
+  auto [lo, hi] = element_span(t);
+  const int64_t count = hi >= lo ? hi - lo + 1 : 0;
+  span_out = at::empty({count}, t.options().device(at::kCPU));
+  if (count > 0) {
+    const DeviceRef d = device_ref(t.device().index());
+    const char* base = static_cast<const char*>(t.storage().data()) + lo * t.element_size();
+    memcpy_on(d, span_out.data_ptr(), base, static_cast<size_t>(count) * t.element_size(),
+              FL_MEMCPY_DEVICE_TO_HOST);
+    d.streams.synchronize(d.streams.current());
+  }
+  return span_out.as_strided(t.sizes(), t.strides(), 0);
+}
+
+// Writes a host span (from span_to_host, modified through its view) back to the device.
+void span_to_device(const at::Tensor& t, const at::Tensor& span) {
+  if (span.numel() == 0) return;
+  auto [lo, hi] = element_span(t);
+  (void)hi;
+  const DeviceRef d = device_ref(t.device().index());
+  char* base = static_cast<char*>(t.storage().mutable_data()) + lo * t.element_size();
+  memcpy_on(d, base, span.const_data_ptr(), span.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
+  d.streams.synchronize(d.streams.current());
 }
 
 }  // namespace
@@ -75,16 +127,17 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
         host_alias(dst).copy_(src);
         return;
       }
-      at::Tensor staged = src.to(dst.scalar_type()).contiguous();
       if (dst.is_contiguous()) {
+        at::Tensor staged = src.to(dst.scalar_type()).contiguous();
         memcpy_on(d, data_of(dst), staged.const_data_ptr(), staged.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
         d.streams.synchronize(d.streams.current());  // staged is pageable and dies here
-      } else {
-        at::Tensor tmp = at::empty(dst.sizes(), dst.options());
-        memcpy_on(d, data_of(tmp), staged.const_data_ptr(), staged.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
-        d.streams.synchronize(d.streams.current());
-        copy_between(dst, tmp, false);
+        return;
       }
+      // A strided destination: read the span it covers, update it on the host, write it back.
+      at::Tensor span;
+      at::Tensor view = span_to_host(dst, span);
+      view.copy_(src);
+      span_to_device(dst, span);
       return;
     }
     // fl → host
@@ -94,16 +147,13 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
         dst.copy_(host_alias(src));
         return;
       }
-      at::Tensor contiguous_src = src.is_contiguous() ? src : src.contiguous();
-      if (dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
-        memcpy_on(d, dst.data_ptr(), data_of(contiguous_src), dst.nbytes(), FL_MEMCPY_DEVICE_TO_HOST);
+      if (src.is_contiguous() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
+        memcpy_on(d, dst.data_ptr(), data_of(src), dst.nbytes(), FL_MEMCPY_DEVICE_TO_HOST);
         d.streams.synchronize(d.streams.current());
-      } else {
-        at::Tensor tmp = at::empty(src.sizes(), src.options().device(at::kCPU));
-        memcpy_on(d, tmp.data_ptr(), data_of(contiguous_src), tmp.nbytes(), FL_MEMCPY_DEVICE_TO_HOST);
-        d.streams.synchronize(d.streams.current());
-        dst.copy_(tmp);
+        return;
       }
+      at::Tensor span;
+      dst.copy_(span_to_host(src, span));
       return;
     }
     // fl → fl
@@ -121,12 +171,12 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
         return;
       }
       // Stage through the host: correct for any layout and dtype, slow.
-      at::Tensor h = at::empty(src.sizes(), src.options().device(at::kCPU));
-      copy_between(h, src, false);
+      at::Tensor span;
+      at::Tensor h = span_to_host(src, span);
       copy_between(dst, h, false);
       return;
     }
-    // Different devices: order dst's stream after src's current work.
+    // Different devices of one plugin with peer access: one device-to-device copy.
     const auto& sdev = rt.device(si);
     const auto& ddev = rt.device(di);
     if (sdev.plugin == ddev.plugin && dst.scalar_type() == src.scalar_type() && dst.is_contiguous() &&
@@ -134,7 +184,6 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       int32_t peer = 0;
       auto can_access = sdev.plugin->entry(&fl_device_ops::device_can_access_peer);
       if (can_access != nullptr && can_access(sdev.local, ddev.local, &peer) == FL_OK && peer) {
-        // Copy on the source stream, then make dst's stream wait for it.
         const DeviceRef s = device_ref(si);
         rt.order_after(si, s.streams.current(), di, rt.streams(di).current());
         memcpy_on(s, data_of(dst), data_of(src), dst.nbytes(), FL_MEMCPY_DEVICE_TO_DEVICE);
@@ -142,9 +191,9 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
         return;
       }
     }
-    // Across plugins (or without peer access): stage through host memory. The D2H waits for
-    // src's stream; the H2D is ordered on dst's stream.
-    at::Tensor h = at::empty(src.sizes(), src.options().device(at::kCPU).pinned_memory(false));
+    // Across plugins (or without peer access): stage through host memory. The device-to-host
+    // half waits for src's stream; the host-to-device half is ordered on dst's stream.
+    at::Tensor h = at::empty(src.sizes(), src.options().device(at::kCPU));
     copy_between(h, src, false);
     copy_between(dst, h, false);
   });

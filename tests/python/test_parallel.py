@@ -56,6 +56,21 @@ def test_observe_moves_the_estimate_towards_measured_times():
     assert sizes[0] == pytest.approx(80, abs=2) and sum(sizes) == 100
 
 
+def test_plan_falls_back_to_the_fastest_device_while_the_pair_measures_slower():
+    b = ThroughputBalancer(2, probe_every=4)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])   # 1 ms / sample alone
+    b.calibrate(1, [(16, 0.032), (64, 0.128)])   # 2 ms / sample alone
+    assert b.fastest_alone() == 0
+    assert b.plan(64) == [43, 21]                # not measured together yet: the model's split
+    b.record_step([43, 21], 0.090)               # together: 1.4 ms / sample, worse than 1 ms
+    plans = [b.plan(64) for _ in range(8)]
+    assert plans.count([64, 0]) == 6             # the fastest device alone...
+    assert plans.count([43, 21]) == 2            # ...re-probing the pair every 4th plan
+    for _ in range(10):
+        b.record_step([43, 21], 0.040)           # the pair becomes faster (0.6 ms / sample)
+    assert b.plan(64) == [43, 21]
+
+
 def test_balancer_state_round_trips():
     b = ThroughputBalancer(3, ema=0.2)
     for i in range(3):
@@ -115,7 +130,10 @@ def test_hetero_equals_single_device_big_batch(dtype, atol, split):
         got = [p.detach().cpu() for p in hdp.module.parameters()]
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e, rtol=0, atol=atol)
-        # replicas hold exactly the master's bits
+        # debug=True asserted before every step that the computing replicas held the
+        # master's bits; replicas are updated lazily, broadcast() brings them all up to date
+        assert hdp._stale == {1}
+        hdp.broadcast()
         for p0, p1 in zip(hdp.replicas[0].parameters(), hdp.replicas[1].parameters()):
             assert p0.device == torch.device("fl:0") and p1.device == torch.device("fl:1")
             assert torch.equal(p0.detach().cpu(), p1.detach().cpu())
@@ -145,6 +163,7 @@ def test_buffers_are_broadcast_from_the_master():
         hdp.train_step(x, y, F.cross_entropy)
         bn0, bn1 = hdp.replicas[0][1], hdp.replicas[1][1]
         assert int(bn0.num_batches_tracked.cpu()) == 1
+        hdp.broadcast()  # replicas take the master's weights and buffers
         assert torch.equal(bn0.running_mean.cpu(), bn1.running_mean.cpu())
         # the master's statistics are those of its own shard (the first 8 rows)
         expected = 0.1 * first_layer(x[:8]).detach().mean(0)

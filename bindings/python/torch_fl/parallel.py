@@ -7,20 +7,28 @@
         loss = hdp.train_step(x, y, F.cross_entropy)
 
 Each step:
-1. the batch is split along dim 0 into one shard per device, sized by `ThroughputBalancer`
-   (a per-device model of step time, t_i(n) = a_i + b_i·n, calibrated on the first batch with
-   timed forward/backward passes on each device alone, then refined from the per-device times
-   of real steps by an exponential moving average; the split is recomputed every
-   `rebalance_every` steps). The split minimises the predicted step time max_i t_i(n_i); a
-   device whose fixed cost a_i alone exceeds that time gets no shard, so adding a slow device
-   never makes the predicted step slower than the fast devices alone;
-2. every replica runs forward and backward on its shard, one Python thread per device;
-3. the gradients are flattened on each device, copied to the reduction device and summed with
-   weights n_i/N, so with a loss that is a mean over the batch the master gradient is the
-   gradient of the big-batch loss: grad = Σ_i (n_i/N)·grad_i;
+1. the batch is split along dim 0 into one shard per device, sized by `ThroughputBalancer`:
+   a per-device model of step time, s_i·(a_i + b_i·n) + c_i, calibrated on the first batch
+   with timed forward/backward passes on each device alone (a_i fixed cost, b_i cost per
+   sample, c_i the gradient/weight transfer), with a slowdown s_i under concurrency learnt
+   from real steps (EMA); the split is recomputed every `rebalance_every` steps and minimises
+   the predicted step time. A device whose fixed cost exceeds the step time gets no shard.
+   On top of the model, a measured guard: each device set's real time per sample is recorded,
+   and a set that measures slower than the fastest device alone is replaced by that device
+   alone (re-tried every `probe_every` re-balances) — adding a device never costs throughput
+   for longer than a probe;
+2. every replica first pulls the master's latest weights if it is stale (in its own thread,
+   so transfers to different devices overlap; a device that sat steps out pays nothing), then
+   runs forward and backward on its shard — one Python thread per device;
+3. each parameter's gradient is copied to the reduction device and summed with weights n_i/N,
+   so with a loss that is a mean over the batch the master gradient is the gradient of the
+   big-batch loss: grad = Σ_i (n_i/N)·grad_i (when the master ran the whole batch alone its
+   gradient is used as it is);
 4. one optimizer steps the master copy (the replica that lives on the reduction device);
-5. the master's parameters and buffers are flattened and copied back into every replica, so
-   all replicas hold bit-identical values (checked after every step with `debug=True`).
+5. the other replicas are marked stale and receive the master's parameters and buffers
+   before they next compute, so every replica that computes holds the master's exact bits
+   (with `debug=True` they are updated before the step and asserted identical;
+   `broadcast()` updates all at once).
 
 Concurrency. The ATen operators release the GIL while they run (torch's Python bindings drop
 it around every dispatch) and the autograd engine runs each device's backward on that
@@ -60,7 +68,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 __all__ = ["ThroughputBalancer", "HeteroDataParallel", "synchronize_device", "device_context"]
 
@@ -106,25 +113,39 @@ class device_context:  # noqa: N801 - used like torch.cuda.device
 
 
 class ThroughputBalancer:
-    """Splits a batch over devices from a per-device step-time model t_i(n) = a_i + b_i·n.
+    """Splits a batch over devices from a per-device step-time model, and keeps a device set
+    only while it measures faster than the fastest device alone.
 
-    a_i is the fixed cost of a step on device i (per-operator launch overhead plus, for
-    devices other than the reduction device, the gradient/parameter transfers), b_i the cost of
-    one sample. Both come from `calibrate`; `observe` then refines b_i from the measured times
-    of real steps with an exponential moving average (weight `ema` for the newest sample)."""
+    Model: device i takes s_i·(a_i + b_i·n) + c_i seconds for a shard of n samples. a_i (fixed
+    cost: per-operator launch overhead) and b_i (cost per sample) are fitted by `calibrate` to
+    timed passes of the device alone; c_i is its gradient/parameter transfer to and from the
+    reduction device. s_i, the slowdown while the devices run together (shared host cores,
+    GIL contention, a busy machine), starts at 1 and follows the ratio measured/predicted of
+    real steps as an exponential moving average (`observe`, weight `ema` for the newest step).
+    Scaling a_i and b_i together keeps a small shard's fixed cost from being read as a high
+    per-sample cost, which would starve the device.
 
-    def __init__(self, num_devices: int, ema: float = 0.3):
+    Guard: `record_step` keeps the measured wall time per sample of each device *set* that ran
+    (EMA); `plan` uses the model's split unless its set has measured slower than the fastest
+    device alone (initially the calibrated time alone), then runs that device alone and
+    re-tries the model's split every `probe_every`-th plan."""
+
+    def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5):
         if num_devices < 1:
             raise ValueError("need at least one device")
         if not 0.0 < ema <= 1.0:
             raise ValueError("ema must be in (0, 1]")
         self.num_devices = num_devices
         self.ema = ema
-        self.overhead = [0.0] * num_devices       # a_i: compute part, seconds
-        self.transfer = [0.0] * num_devices       # a_i: communication part, seconds
+        self.probe_every = max(int(probe_every), 1)
+        self.overhead = [0.0] * num_devices       # a_i, seconds
         self.per_sample = [1.0] * num_devices     # b_i, seconds per sample
+        self.transfer = [0.0] * num_devices       # c_i, seconds
+        self.slowdown = [1.0] * num_devices       # s_i
+        self.measured: dict[str, float] = {}      # device set "0,1" -> seconds per sample (EMA)
         self.calibrated = False
         self.observations = 0
+        self.plans = 0
 
     # -- model updates
 
@@ -134,38 +155,58 @@ class ThroughputBalancer:
         ts = [float(t) for _, t in points]
         mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
         var = sum((n - mean_n) ** 2 for n in ns)
-        if var > 0:
-            b = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, ts)) / var
-        else:
-            b = mean_t / max(mean_n, 1.0)
+        b = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, ts)) / var if var > 0 else 0.0
         if b <= 0:  # timing noise swamped the per-sample cost: treat it all as per-sample
-            b = mean_t / max(mean_n, 1.0)
-            a = 0.0
+            b, a = mean_t / max(mean_n, 1.0), 0.0
         else:
             a = max(mean_t - b * mean_n, 0.0)
         self.overhead[device] = a
         self.per_sample[device] = max(b, 1e-12)
         self.transfer[device] = max(float(transfer_s), 0.0)
+        self.slowdown[device] = 1.0
+        largest = max(ns)
+        alone = [t for n, t in zip(ns, ts) if n == largest]
+        key = self._key([device])
+        if key not in self.measured:  # the device alone, as calibrated, until real steps say more
+            self.measured[key] = (sorted(alone)[len(alone) // 2] + self.transfer[device]) / largest
         self.calibrated = True
 
     def observe(self, shard_sizes: Sequence[int], seconds: Sequence[float | None]) -> None:
-        """Folds the measured compute time of one step on each device into b_i."""
+        """Folds the measured compute time of one step on each device into its slowdown s_i."""
         for i, (n, t) in enumerate(zip(shard_sizes, seconds)):
             if n <= 0 or t is None:
                 continue
-            b_now = max((t - self.overhead[i]) / n, 1e-12)
-            self.per_sample[i] = (1.0 - self.ema) * self.per_sample[i] + self.ema * b_now
+            ratio = t / max(self.overhead[i] + self.per_sample[i] * n, 1e-12)
+            self.slowdown[i] = (1.0 - self.ema) * self.slowdown[i] + self.ema * ratio
         self.observations += 1
+
+    def record_step(self, shard_sizes: Sequence[int], seconds: float) -> None:
+        """Folds the wall time of one step's parallel phase (forward/backward on every device
+        plus the gradient reduction and parameter broadcast) into its device set's record."""
+        batch = sum(shard_sizes)
+        if batch <= 0:
+            return
+        key = self._key([i for i, n in enumerate(shard_sizes) if n > 0])
+        now = seconds / batch
+        old = self.measured.get(key)
+        self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
 
     # -- the split
 
-    def predicted_seconds(self, shard_sizes: Sequence[int]) -> float:
-        """The model's step time for a split: the slowest participating device."""
-        return max((self._fixed(i) + self.per_sample[i] * n for i, n in enumerate(shard_sizes) if n > 0),
-                   default=0.0)
+    @staticmethod
+    def _key(devices: Iterable[int]) -> str:
+        return ",".join(str(i) for i in sorted(devices))
 
     def _fixed(self, i: int) -> float:
-        return self.overhead[i] + self.transfer[i]
+        return self.slowdown[i] * self.overhead[i] + self.transfer[i]
+
+    def _rate(self, i: int) -> float:
+        return self.slowdown[i] * self.per_sample[i]
+
+    def predicted_seconds(self, shard_sizes: Sequence[int]) -> float:
+        """The model's step time for a split: the slowest participating device."""
+        return max((self._fixed(i) + self._rate(i) * n for i, n in enumerate(shard_sizes) if n > 0),
+                   default=0.0)
 
     def split(self, batch_size: int) -> list[int]:
         """Shard sizes (summing to `batch_size`) that minimise the predicted step time.
@@ -175,48 +216,76 @@ class ThroughputBalancer:
         next one's fixed cost is below T_k (adding it then shortens the step)."""
         if batch_size <= 0:
             return [0] * self.num_devices
-        order = sorted(range(self.num_devices), key=lambda i: (self._fixed(i), self.per_sample[i]))
+        order = sorted(range(self.num_devices), key=lambda i: (self._fixed(i), self._rate(i)))
         chosen: list[int] = []
         finish = math.inf
         for i in order:
             if chosen and self._fixed(i) >= finish:
                 break
             trial = chosen + [i]
-            t = (batch_size + sum(self._fixed(j) / self.per_sample[j] for j in trial)) / sum(
-                1.0 / self.per_sample[j] for j in trial)
+            t = (batch_size + sum(self._fixed(j) / self._rate(j) for j in trial)) / sum(
+                1.0 / self._rate(j) for j in trial)
             if t > finish:
                 break
             chosen, finish = trial, t
-        ideal = {i: max((finish - self._fixed(i)) / self.per_sample[i], 0.0) for i in chosen}
+        ideal = {i: max((finish - self._fixed(i)) / self._rate(i), 0.0) for i in chosen}
         total = sum(ideal.values()) or 1.0
-        ideal = {i: v * batch_size / total for i, v in ideal.items()}
         sizes = [0] * self.num_devices
         for i, v in ideal.items():
-            sizes[i] = int(math.floor(v))
-        remainder = batch_size - sum(sizes)
+            sizes[i] = int(math.floor(v * batch_size / total))
         # Hand out the rounding remainder to the devices that finish earliest with one more.
-        for _ in range(remainder):
-            j = min(chosen, key=lambda i: self._fixed(i) + self.per_sample[i] * (sizes[i] + 1))
+        for _ in range(batch_size - sum(sizes)):
+            j = min(chosen, key=lambda i: self._fixed(i) + self._rate(i) * (sizes[i] + 1))
             sizes[j] += 1
         return sizes
+
+    def fastest_alone(self) -> int | None:
+        """The device with the lowest measured time per sample alone (None before calibration)."""
+        alone = [(self.measured[self._key([i])], i) for i in range(self.num_devices)
+                 if self._key([i]) in self.measured]
+        return min(alone)[1] if alone else None
+
+    def plan(self, batch_size: int) -> list[int]:
+        """The split to run next: the model's, unless its device set measured slower than the
+        fastest device alone (then that device alone, re-probing the model's split every
+        `probe_every`-th plan)."""
+        self.plans += 1
+        sizes = self.split(batch_size)
+        active = [i for i, n in enumerate(sizes) if n > 0]
+        best = self.fastest_alone()
+        if len(active) <= 1 or best is None:
+            return sizes
+        shared = self.measured.get(self._key(active))
+        if shared is None or shared <= self.measured[self._key([best])]:
+            return sizes
+        if self.plans % self.probe_every == 0:
+            return sizes
+        alone = [0] * self.num_devices
+        alone[best] = batch_size
+        return alone
 
     # -- checkpointing
 
     def state_dict(self) -> dict:
-        return {"ema": self.ema, "overhead": list(self.overhead), "transfer": list(self.transfer),
-                "per_sample": list(self.per_sample), "calibrated": self.calibrated,
-                "observations": self.observations}
+        return {"ema": self.ema, "probe_every": self.probe_every, "overhead": list(self.overhead),
+                "per_sample": list(self.per_sample), "transfer": list(self.transfer),
+                "slowdown": list(self.slowdown), "measured": dict(self.measured),
+                "calibrated": self.calibrated, "observations": self.observations, "plans": self.plans}
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["per_sample"]) != self.num_devices:
             raise ValueError(f"balancer state is for {len(state['per_sample'])} devices, "
                              f"this one has {self.num_devices}")
         self.ema = float(state["ema"])
+        self.probe_every = int(state["probe_every"])
         self.overhead = [float(v) for v in state["overhead"]]
-        self.transfer = [float(v) for v in state["transfer"]]
         self.per_sample = [float(v) for v in state["per_sample"]]
+        self.transfer = [float(v) for v in state["transfer"]]
+        self.slowdown = [float(v) for v in state["slowdown"]]
+        self.measured = {str(k): float(v) for k, v in state["measured"].items()}
         self.calibrated = bool(state["calibrated"])
         self.observations = int(state["observations"])
+        self.plans = int(state["plans"])
 
 
 # ---- the data-parallel wrapper -------------------------------------------------------
@@ -274,6 +343,8 @@ class HeteroDataParallel:
         reduce_device: where gradients are summed and the optimizer runs (default: devices[0]).
         rebalance_every: recompute the split every K steps from measured times (0: never).
         ema: weight of the newest measurement in the per-device cost estimate.
+        probe_every: while a device set measured slower than the fastest device alone, re-try
+            it every this many re-balances.
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.
@@ -283,7 +354,7 @@ class HeteroDataParallel:
                  optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
-                 debug: bool = False):
+                 probe_every: int = 5, debug: bool = False):
         self.devices = [torch.device(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
@@ -296,11 +367,12 @@ class HeteroDataParallel:
         self.fixed_split = list(split) if split is not None else None
         if self.fixed_split is not None and len(self.fixed_split) != len(self.devices):
             raise ValueError("split needs one proportion per device")
-        self.balancer = ThroughputBalancer(len(self.devices), ema=ema)
+        self.balancer = ThroughputBalancer(len(self.devices), ema=ema, probe_every=probe_every)
         self.steps = 0
         self.last_shards: list[int] = []
         self.last_device_seconds: list[float | None] = []
         self._shards_for: dict[int, list[int]] = {}
+        self._stale: set[int] = set()  # replicas that have not yet received the master's last update
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -326,34 +398,31 @@ class HeteroDataParallel:
         return [p.data for p in module.parameters()] + [b for b in module.buffers()]
 
     @torch.no_grad()
-    def broadcast(self) -> None:
-        """Copies the master's parameters and buffers into every other replica (one flat
-        transfer per device), so that all replicas hold exactly the master's bits."""
-        master = self._state_tensors(self.module)
-        if not master:
-            return
-        groups: dict[torch.dtype, list[int]] = {}
-        for k, t in enumerate(master):
-            groups.setdefault(t.dtype, []).append(k)
-        for replica, device in zip(self.replicas, self.devices):
-            if replica is self.module:
-                continue
-            targets = self._state_tensors(replica)
-            for indices in groups.values():
-                flat = _flatten_dense_tensors([master[k] for k in indices]).to(device)
-                for k, piece in zip(indices, _unflatten_dense_tensors(flat, [master[k] for k in indices])):
-                    targets[k].copy_(piece)
+    def broadcast(self, replicas: Iterable[int] | None = None) -> None:
+        """Copies the master's parameters and buffers into the other replicas (all by default),
+        so that they hold exactly the master's bits."""
+        indices = range(len(self.replicas)) if replicas is None else replicas
+        for i in indices:
+            self._copy_from_master(i)
         if self.debug:
-            self.assert_replicas_identical()
+            self.assert_replicas_identical(indices)
 
-    def assert_replicas_identical(self) -> None:
+    def _copy_from_master(self, index: int) -> None:
+        replica = self.replicas[index]
+        if replica is not self.module:
+            with torch.no_grad():
+                for target, source in zip(self._state_tensors(replica), self._state_tensors(self.module)):
+                    target.copy_(source)
+        self._stale.discard(index)
+
+    def assert_replicas_identical(self, replicas: Iterable[int] | None = None) -> None:
         master = [t.detach().cpu() for t in self._state_tensors(self.module)]
-        for replica, device in zip(self.replicas, self.devices):
-            if replica is self.module:
+        for i in (range(len(self.replicas)) if replicas is None else replicas):
+            if self.replicas[i] is self.module:
                 continue
-            for k, t in enumerate(self._state_tensors(replica)):
+            for k, t in enumerate(self._state_tensors(self.replicas[i])):
                 if not torch.equal(t.detach().cpu(), master[k]):
-                    raise AssertionError(f"replica on {device} differs from the master in tensor {k}")
+                    raise AssertionError(f"replica on {self.devices[i]} differs from the master in tensor {k}")
 
     # -- one step
 
@@ -363,6 +432,8 @@ class HeteroDataParallel:
         replica = self.replicas[index]
         with device_context(device):
             start = time.perf_counter()
+            if index in self._stale:  # the last update, copied in this device's own thread
+                self._copy_from_master(index)
             x, y = _to(inputs, device), _to(targets, device)
             for p in replica.parameters():
                 p.grad = None
@@ -381,7 +452,7 @@ class HeteroDataParallel:
             return sizes
         refresh = self.rebalance_every > 0 and self.steps % self.rebalance_every == 0
         if batch_size not in self._shards_for or refresh:
-            self._shards_for[batch_size] = self.balancer.split(batch_size)
+            self._shards_for[batch_size] = self.balancer.plan(batch_size)
         return self._shards_for[batch_size]
 
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable[[Any, Any], torch.Tensor]) -> float:
@@ -394,17 +465,26 @@ class HeteroDataParallel:
         active = [i for i, n in enumerate(sizes) if n > 0]
         in_parts = _split_batch(inputs, [sizes[i] for i in active])
         tgt_parts = _split_batch(targets, [sizes[i] for i in active])
+        if self.debug:  # update the computing replicas here, and check them, before the step
+            self.broadcast([i for i in active if i in self._stale])
+            self.assert_replicas_identical(active)
+        start = time.perf_counter()
         futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
                    for i, x, y in zip(active, in_parts, tgt_parts)}
         results = {i: f.result() for i, f in futures.items()}
-
         self._reduce_gradients({i: sizes[i] / batch for i in active})
+        synchronize_device(self.reduce_device)
+        phase_seconds = time.perf_counter() - start
+
         self.optimizer.step()
-        self.broadcast()
+        # Replicas receive the new weights when they next run (in their own thread), so a
+        # device that sits a step out costs no transfer.
+        self._stale = {i for i, r in enumerate(self.replicas) if r is not self.module}
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
         if self.fixed_split is None:
             self.balancer.observe(sizes, seconds)
+            self.balancer.record_step(sizes, phase_seconds)
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1
         # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
@@ -412,28 +492,26 @@ class HeteroDataParallel:
 
     @torch.no_grad()
     def _reduce_gradients(self, weights: dict[int, float]) -> None:
-        """master.grad = Σ_i w_i · replica_i.grad, one flat buffer per device and dtype."""
-        master_params = [p for p in self.module.parameters() if p.requires_grad]
-        if not master_params:
-            return
-        groups: dict[torch.dtype, list[int]] = {}
-        for k, p in enumerate(master_params):
-            groups.setdefault(p.dtype, []).append(k)
-        sums: dict[torch.dtype, torch.Tensor] = {}
-        for i, w in weights.items():
-            params = [p for p in self.replicas[i].parameters() if p.requires_grad]
-            for dtype, indices in groups.items():
-                grads = [params[k].grad if params[k].grad is not None else torch.zeros_like(params[k])
-                         for k in indices]
-                flat = _flatten_dense_tensors(grads).to(self.reduce_device)
-                if dtype in sums:
-                    sums[dtype].add_(flat, alpha=w)
+        """master.grad = Σ_i w_i · replica_i.grad, parameter by parameter (each gradient is
+        copied once to the reduction device; no flattening, which would need `cat`)."""
+        if len(weights) == 1 and self.replicas[next(iter(weights))] is self.module:
+            return  # the master alone computed the whole batch: its gradients are the result
+        master_params = list(self.module.parameters())
+        replica_params = {i: list(self.replicas[i].parameters()) for i in weights}
+        for k, master in enumerate(master_params):
+            if not master.requires_grad:
+                continue
+            total = None
+            for i, w in weights.items():
+                g = replica_params[i][k].grad
+                if g is None:
+                    continue
+                g = g.to(self.reduce_device)
+                if total is None:
+                    total = g * w  # a new tensor, also when g is the master's own gradient
                 else:
-                    sums[dtype] = flat * w  # a new tensor: `flat` may be a view of the gradient
-        for dtype, indices in groups.items():
-            pieces = _unflatten_dense_tensors(sums[dtype], [master_params[k] for k in indices])
-            for k, g in zip(indices, pieces):
-                master_params[k].grad = g.clone()
+                    total.add_(g, alpha=w)
+            master.grad = total
 
     # -- calibration
 
@@ -460,20 +538,19 @@ class HeteroDataParallel:
         self._shards_for.clear()
 
     def _time_transfer(self, index: int) -> float:
-        """Seconds for one gradient buffer to the reduction device and the parameters back."""
+        """Seconds for the gradients to reach the reduction device and the weights to come back
+        (timed as one copy of every parameter each way)."""
         device = self.devices[index]
         if device == self.reduce_device:
             return 0.0
         params = [p.detach() for p in self.replicas[index].parameters()]
-        if not params:
-            return 0.0
         with torch.no_grad(), device_context(device):
             start = time.perf_counter()
-            flat = _flatten_dense_tensors(params).to(self.reduce_device)
-            back = flat.to(device)
+            there = [p.to(self.reduce_device) for p in params]
+            back = [t.to(device) for t in there]
             synchronize_device(self.reduce_device)
             synchronize_device(device)
-            del back
+            del there, back
             return time.perf_counter() - start
 
     # -- checkpointing

@@ -13,9 +13,7 @@ void* base_pointer(const at::Tensor& t) {
 }  // namespace
 
 KernelCallBuilder::KernelCallBuilder(c10::DeviceIndex fl_device, int32_t local_device)
-    : fl_device_(fl_device), local_(local_device) {
-  inputs_.reserve(8);
-}
+    : fl_device_(fl_device), local_(local_device) {}
 
 bool KernelCallBuilder::describe(const at::Tensor& t, fl_tensor& out) {
   out = fl_tensor{};
@@ -53,15 +51,17 @@ bool KernelCallBuilder::describe(const at::Tensor& t, fl_tensor& out) {
 
 bool KernelCallBuilder::add_input(const c10::IValue& v) {
   fl_value value{};
+  int32_t slot = -1;
   if (v.isTensor()) {
     const at::Tensor& t = v.toTensor();
     if (!t.defined()) {
       value.kind = FL_VALUE_NONE;
     } else {
-      tensors_.emplace_back();
-      if (!describe(t, tensors_.back())) return false;
+      fl_tensor d;
+      if (!describe(t, d)) return false;
+      tensors_.push_back(d);
       value.kind = FL_VALUE_TENSOR;
-      value.u.tensor = &tensors_.back();
+      slot = static_cast<int32_t>(tensors_.size() - 1);
     }
   } else if (v.isNone()) {
     value.kind = FL_VALUE_NONE;
@@ -109,9 +109,9 @@ bool KernelCallBuilder::add_input(const c10::IValue& v) {
     value.u.tensors.data = tensor_lists_.back().data();
     value.u.tensors.len = static_cast<int64_t>(tensor_lists_.back().size());
   } else if (v.isString()) {
-    strings_.push_back(v.toStringRef());
+    strings_.push_back(std::make_unique<std::string>(v.toStringRef()));
     value.kind = FL_VALUE_STRING;
-    value.u.str = strings_.back().c_str();
+    value.u.str = strings_.back()->c_str();
   } else if (v.isDevice()) {
     value.kind = FL_VALUE_INT;
     value.u.i = v.toDevice().index();
@@ -120,6 +120,7 @@ bool KernelCallBuilder::add_input(const c10::IValue& v) {
     return false;
   }
   inputs_.push_back(value);
+  tensor_slot_.push_back(slot);
   return true;
 }
 
@@ -132,6 +133,8 @@ bool KernelCallBuilder::add_output(const at::Tensor& t) {
 
 const fl_kernel_call& KernelCallBuilder::build(fl_stream_t stream, uint32_t flags,
                                                const fl_kernel_entry& entry) {
+  for (size_t i = 0; i < inputs_.size(); ++i)
+    if (tensor_slot_[i] >= 0) inputs_[i].u.tensor = &tensors_[static_cast<size_t>(tensor_slot_[i])];
   call_.struct_size = sizeof(fl_kernel_call);
   call_.device = local_;
   call_.flags = flags;

@@ -9,7 +9,9 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
-#include <deque>
+#include <c10/util/SmallVector.h>
+
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,14 +38,17 @@ class KernelCallBuilder {
 
   c10::DeviceIndex fl_device_;
   int32_t local_;
-  std::deque<fl_tensor> tensors_;                 // stable addresses
-  std::deque<std::vector<fl_tensor>> tensor_lists_;
-  std::deque<std::vector<int64_t>> int_lists_;
-  std::deque<std::vector<double>> double_lists_;
-  std::deque<std::vector<int32_t>> bool_lists_;
-  std::deque<std::string> strings_;
-  std::vector<fl_value> inputs_;
-  std::vector<fl_tensor> outputs_;
+  // Inline storage: the common call (a handful of tensors and scalars) allocates nothing.
+  // fl_value.u.tensor is filled in by build(), since `tensors_` may move while growing.
+  c10::SmallVector<fl_tensor, 8> tensors_;
+  c10::SmallVector<int32_t, 8> tensor_slot_;             // input index → tensors_ index, or -1
+  std::vector<std::vector<fl_tensor>> tensor_lists_;     // inner buffers never move
+  std::vector<std::vector<int64_t>> int_lists_;
+  std::vector<std::vector<double>> double_lists_;
+  std::vector<std::vector<int32_t>> bool_lists_;
+  std::vector<std::unique_ptr<std::string>> strings_;
+  c10::SmallVector<fl_value, 8> inputs_;
+  c10::SmallVector<fl_tensor, 4> outputs_;
   fl_kernel_call call_{};
   std::string refusal_;
 };

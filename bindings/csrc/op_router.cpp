@@ -135,7 +135,7 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   const auto dtype = first_dtype(args);
   if (!dtype || !(entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(*dtype)))) return false;
   if (info.meta_unavailable.load(std::memory_order_relaxed)) return false;
-  auto meta = output_meta(op, info, args);
+  const OutputMeta meta = output_meta(op, info, args);
   if (!meta) return false;
 
   const c10::Device fl_device(c10::DeviceType::PrivateUse1, device);
@@ -201,7 +201,7 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
 bool try_generic(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
                  c10::DeviceIndex device, const GenericKernel& kernel) {
   auto args = torch::jit::last(*stack, info.num_arguments);
-  auto meta = output_meta(op, info, args);
+  const OutputMeta meta = output_meta(op, info, args);
   if (!meta) return false;
   std::vector<at::Tensor> outputs =
       prepare_outputs(info, args, *meta, c10::Device(c10::DeviceType::PrivateUse1, device));

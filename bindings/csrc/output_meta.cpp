@@ -18,8 +18,8 @@ std::shared_mutex& cache_mutex() {
   return m;
 }
 
-std::unordered_map<std::string, std::vector<TensorMeta>>& cache() {
-  static std::unordered_map<std::string, std::vector<TensorMeta>> map;
+std::unordered_map<std::string, OutputMeta>& cache() {
+  static std::unordered_map<std::string, OutputMeta> map;
   return map;
 }
 
@@ -167,10 +167,9 @@ std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::
 
 }  // namespace
 
-std::optional<std::vector<TensorMeta>> output_meta(const c10::OperatorHandle& op, OpInfo& info,
-                                                   c10::ArrayRef<c10::IValue> args) {
-  std::string key;
-  key.reserve(256);
+OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRef<c10::IValue> args) {
+  thread_local std::string key;
+  key.clear();
   put(key, &op.schema());
   bool cacheable = true;
   for (const auto& v : args)
@@ -181,9 +180,9 @@ std::optional<std::vector<TensorMeta>> output_meta(const c10::OperatorHandle& op
     if (it != cache().end()) return it->second;
   }
 
-  std::optional<std::vector<TensorMeta>> result = shape_rule(info.kernel_name == info.name ? info.name : info.name, args);
+  std::optional<std::vector<TensorMeta>> result = shape_rule(info.name, args);
   if (!result) {
-    if (info.meta_unavailable.load(std::memory_order_relaxed)) return std::nullopt;
+    if (info.meta_unavailable.load(std::memory_order_relaxed)) return nullptr;
     torch::jit::Stack stack;
     stack.reserve(args.size());
     for (const auto& v : args) stack.push_back(to_meta(v));
@@ -192,14 +191,14 @@ std::optional<std::vector<TensorMeta>> output_meta(const c10::OperatorHandle& op
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);
     } catch (const c10::NotImplementedError&) {
       info.meta_unavailable = true;
-      return std::nullopt;
+      return nullptr;
     } catch (const c10::Error& e) {
       const std::string what = e.what();
       if (what.find("Meta") != std::string::npos && (what.find("not implemented") != std::string::npos ||
                                                      what.find("could not run") != std::string::npos ||
                                                      what.find("Could not run") != std::string::npos)) {
         info.meta_unavailable = true;
-        return std::nullopt;
+        return nullptr;
       }
       throw;  // a real error in the user's call (shapes, dtypes): report it as ATen would
     }
@@ -212,17 +211,18 @@ std::optional<std::vector<TensorMeta>> output_meta(const c10::OperatorHandle& op
       } else if (r.isNone()) {
         outs.emplace_back();
       } else {
-        return std::nullopt;  // non-tensor returns (e.g. ints) are not served natively
+        return nullptr;  // non-tensor returns (e.g. ints) are not served natively
       }
     }
     result = std::move(outs);
   }
+  auto shared = std::make_shared<const std::vector<TensorMeta>>(std::move(*result));
   if (cacheable) {
     std::unique_lock lock(cache_mutex());
     if (cache().size() >= kMaxCacheEntries) cache().clear();
-    cache().emplace(std::move(key), *result);
+    cache().emplace(key, shared);
   }
-  return result;
+  return shared;
 }
 
 size_t output_meta_cache_size() {

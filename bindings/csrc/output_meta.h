@@ -8,6 +8,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/ScalarType.h>
 
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -22,9 +23,11 @@ struct TensorMeta {
 
 // Metadata of the op's returns when called with `args` (all schema arguments, out= included;
 // for out= ops the returned metadata is that of the out tensors after ATen's resize rules).
-// std::nullopt when PyTorch has no way to tell (then the router skips the native tier).
-std::optional<std::vector<TensorMeta>> output_meta(const c10::OperatorHandle& op, OpInfo& info,
-                                                   c10::ArrayRef<c10::IValue> args);
+using OutputMeta = std::shared_ptr<const std::vector<TensorMeta>>;
+
+// nullptr when PyTorch has no way to tell (then the router skips the native tier). The result
+// is shared with the cache: no copy on the hot path.
+OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRef<c10::IValue> args);
 
 size_t output_meta_cache_size();
 

@@ -10,6 +10,8 @@
 
 #include <array>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 namespace fl::binding {
 namespace {
@@ -117,12 +119,24 @@ FlDeviceAllocator& device_allocator() {
 
 namespace {
 
-struct PinnedContext {
-  const fl_device_ops* ops;  // NULL: plain malloc
+// Live pinned blocks (start -> size), so is_pinned() can answer for any pointer inside one.
+struct PinnedBlocks {
+  std::mutex mutex;
+  std::map<uintptr_t, size_t> blocks;
 };
+
+PinnedBlocks& pinned_blocks() {
+  static auto* blocks = new PinnedBlocks();  // outlives tensors freed at interpreter exit
+  return *blocks;
+}
 
 void free_pinned(void* ctx) {
   auto* p = static_cast<std::pair<void*, const fl_device_ops*>*>(ctx);
+  {
+    auto& reg = pinned_blocks();
+    std::lock_guard lock(reg.mutex);
+    reg.blocks.erase(reinterpret_cast<uintptr_t>(p->first));
+  }
   if (p->second != nullptr) {
     p->second->fl_host_free(p->first);
   } else {
@@ -150,6 +164,11 @@ c10::DataPtr FlPinnedAllocator::allocate(size_t nbytes) {
     ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
     TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "host allocation of ", nbytes, " bytes failed");
   }
+  {
+    auto& reg = pinned_blocks();
+    std::lock_guard lock(reg.mutex);
+    reg.blocks[reinterpret_cast<uintptr_t>(ptr)] = nbytes;
+  }
   return c10::DataPtr(ptr, new std::pair<void*, const fl_device_ops*>(ptr, ops), &free_pinned, cpu);
 }
 
@@ -160,8 +179,13 @@ void FlPinnedAllocator::copy_data(void* dest, const void* src, std::size_t count
 }
 
 bool FlPinnedAllocator::is_pinned(const void* ptr) const {
-  (void)ptr;
-  return false;
+  const auto p = reinterpret_cast<uintptr_t>(ptr);
+  auto& reg = pinned_blocks();
+  std::lock_guard lock(reg.mutex);
+  auto it = reg.blocks.upper_bound(p);
+  if (it == reg.blocks.begin()) return false;
+  --it;
+  return p < it->first + it->second;
 }
 
 FlPinnedAllocator& pinned_allocator() {

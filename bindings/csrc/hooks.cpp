@@ -34,10 +34,7 @@ class FlHooks final : public at::PrivateUse1HooksInterface {
     return exchangeDevice(device);
   }
   at::Allocator* getPinnedMemoryAllocator() const override { return &pinned_allocator(); }
-  bool isPinnedPtr(const void* data) const override {
-    (void)data;
-    return false;
-  }
+  bool isPinnedPtr(const void* data) const override { return pinned_allocator().is_pinned(data); }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex device_index) const override {
     return default_generator(device_index);
   }

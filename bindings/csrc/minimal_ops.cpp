@@ -1,5 +1,6 @@
 // minimal_ops.cpp — the ops every PrivateUse1 backend implements natively (torch_openreg's
-// minimal set): tensor creation, views, resize, copies, reading a scalar, set_.
+// minimal set): tensor creation, views, resize, copies, reading a scalar, set_, record_stream,
+// and the shallow-copy compatibility check behind `param.data = t`.
 #include "copy_engine.h"
 #include "device_allocator.h"
 #include "fl_context.h"
@@ -105,9 +106,32 @@ at::Tensor& set_empty(at::Tensor& self) {
   return self;
 }
 
+// tensor.record_stream(s): the allocator keeps the block from reuse until `s` reaches the
+// work enqueued so far.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1, "record_stream: ", stream,
+              " is not an fl stream");
+  if (!self.storage().data_ptr().get()) return;
+  device_allocator().recordStream(self.storage().data_ptr(), stream);
+}
+
+// `param.data = t` (and so `module.to("fl")` keeping its Parameter objects) needs this to be
+// true between dense CPU and fl tensors; c10's default lists only built-in dense backends.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense_cpu_or_fl = [](const at::Tensor& t) {
+    const auto type = t.device().type();
+    return t.layout() == c10::Layout::Strided && !t.is_quantized() &&
+           (type == c10::DeviceType::CPU || type == c10::DeviceType::PrivateUse1);
+  };
+  if (dense_cpu_or_fl(self) && dense_cpu_or_fl(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+  m.impl("record_stream", record_stream);
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);

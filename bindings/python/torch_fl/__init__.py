@@ -15,25 +15,11 @@ import pkgutil
 
 __path__ = pkgutil.extend_path(__path__, __name__)  # noqa: F821 - finds build/.../torch_fl/_C
 
+import warnings
+
 import torch
 
 from . import _version_check
-
-_version_check.check_torch_version(torch.__version__)
-
-from . import _C  # noqa: E402
-from . import device_module as _device_module  # noqa: E402
-from .tools import (  # noqa: E402
-    fallback_report,
-    fallback_stats,
-    list_devices,
-    loaded_plugins,
-    op_support,
-    profile,
-    reset_fallback_stats,
-    skipped_plugins,
-)
-from .coverage import coverage_report  # noqa: E402
 
 __all__ = [
     "list_devices",
@@ -48,12 +34,16 @@ __all__ = [
 ]
 
 _registered = False
+_incompatible = _version_check.incompatibility(torch.__version__)
+
+if _incompatible is not None and not _version_check.loaded_by_torch_autoload():
+    raise ImportError(_incompatible)
 
 
 def _register() -> None:
     """Renames PrivateUse1 to `fl` and registers torch.fl; idempotent."""
     global _registered
-    if _registered:
+    if _registered or _incompatible is not None:
         return
     torch.utils.rename_privateuse1_backend("fl")
     torch._register_device_module("fl", _device_module)
@@ -64,10 +54,29 @@ def _register() -> None:
 
 
 def _autoload() -> None:
-    """Entry point of the `torch.backends` group: `import torch` loads torch_fl."""
-    # Importing this module already registered everything.
+    """Entry point of the `torch.backends` group: a plain `import torch` makes `fl` usable.
+    With an incompatible torch it warns instead of failing `import torch` itself."""
+    _register()
 
 
-_register()
+if _incompatible is not None:
+    # Imported by torch's backend autoload: leave torch usable, without fl.
+    warnings.warn(f"{_incompatible} The fl device is not registered.", RuntimeWarning, stacklevel=2)
+else:
+    from . import _C  # noqa: E402
+    from . import device_module as _device_module  # noqa: E402
+    from .tools import (  # noqa: E402
+        fallback_report,
+        fallback_stats,
+        list_devices,
+        loaded_plugins,
+        op_support,
+        profile,
+        reset_fallback_stats,
+        skipped_plugins,
+    )
+    from .coverage import coverage_report  # noqa: E402
 
-from . import _lightning_hook  # noqa: E402,F401 - Trainer(accelerator="fl") registers itself when Lightning loads
+    _register()
+
+    from . import _lightning_hook  # noqa: E402,F401 - Trainer(accelerator="fl") registers itself when Lightning loads

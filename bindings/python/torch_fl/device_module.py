@@ -95,12 +95,21 @@ class Stream(torch.Stream):
         return super().__new__(cls, device=torch.device("fl", _index(device)), priority=priority)
 
 
-class Event(torch.Event):
-    """An fl event (torch.Event on device 'fl')."""
+class _EventMeta(type):
+    """torch.Event's C methods take only exact torch.Event arguments (elapsed_time rejects a
+    subclass), so torch.fl.Event(...) builds a plain torch.Event on fl, and isinstance(e,
+    torch.fl.Event) is true for every torch.Event on an fl device."""
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
-        return super().__new__(cls, device="fl", enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+    def __call__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False):
+        return torch.Event(device="fl", enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
+
+    def __instancecheck__(cls, obj) -> bool:
+        return isinstance(obj, torch.Event) and obj.device.type == "fl"
+
+
+class Event(metaclass=_EventMeta):
+    """An fl event (a torch.Event on device 'fl'); see _EventMeta."""
 
 
 def current_stream(device: Any = None) -> torch.Stream:
@@ -109,7 +118,9 @@ def current_stream(device: Any = None) -> torch.Stream:
 
 def default_stream(device: Any = None) -> torch.Stream:
     idx = _index(device)
-    return torch.Stream(stream_id=0, device_index=idx, device_type=torch.device("fl").type)
+    # torch.Stream wants the c10 DeviceType number; any fl stream carries it.
+    device_type = current_stream(idx).device_type
+    return torch.Stream(stream_id=0, device_index=idx, device_type=device_type)
 
 
 def set_stream(stream: torch.Stream) -> None:

@@ -23,14 +23,19 @@ from torch_fl.lightning import FlAccelerator  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _lightning_fit  # noqa: E402
+from conftest import run_python  # noqa: E402
 
 
-def _fails(fn) -> str | None:
-    try:
-        fn()
-    except Exception as exc:  # noqa: BLE001 - probing the binding
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
-    return None
+def _binding_problem(code: str) -> str | None:
+    """Runs `code` in a fresh interpreter (a binding bug may crash it); the last line of its
+    error output if it fails, else None."""
+    proc = run_python("import torch, torch_fl\n" + code, timeout=120)
+    if proc.returncode == 0:
+        return None
+    if proc.returncode < 0:
+        return f"the interpreter died of signal {-proc.returncode}"
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    return (lines[-1] if lines else f"exit code {proc.returncode}")[:160]
 
 
 def test_fl_is_registered_with_lightning():
@@ -81,15 +86,11 @@ def test_mixed_precision_autocasts_on_fl(precision):
     assert isinstance(plugin, MixedPrecision) and plugin.device == "fl"
 
 
-def _autocast_linear_on_fl() -> None:
-    a = torch.randn(4, 4, device="fl:0")
-    with torch.autocast("fl", dtype=torch.bfloat16):
-        out = torch.nn.functional.linear(a, a)
-    assert out.dtype == torch.bfloat16, out.dtype
-
-
 def test_bf16_mixed_fit():
-    problem = _fails(_autocast_linear_on_fl)
+    problem = _binding_problem(
+        "a = torch.randn(4, 4, device='fl:0')\n"
+        "with torch.autocast('fl', dtype=torch.bfloat16):\n"
+        "    assert torch.nn.functional.linear(a, a).dtype == torch.bfloat16\n")
     if problem:
         pytest.skip(f"autocast on fl is not available in this build of the binding ({problem})")
     trainer, model = _lightning_fit.fit(devices=1, precision="bf16-mixed", epochs=2)
@@ -98,7 +99,7 @@ def test_bf16_mixed_fit():
 
 
 def test_ddp_on_two_fl_devices(tmp_path):
-    problem = _fails(lambda: torch.zeros(1, device="fl:0").item())
+    problem = _binding_problem("torch.zeros(1, device='fl:0').item()")
     if problem:
         # Lightning's DDP loop calls .item() on a 1-element fl tensor every step.
         pytest.skip(f"binding: Tensor.item() on a 1-element fl tensor fails ({problem})")

@@ -30,27 +30,36 @@ Each step:
    (with `debug=True` they are updated before the step and asserted identical;
    `broadcast()` updates all at once).
 
-Concurrency. The ATen operators release the GIL while they run (torch's Python bindings drop
-it around every dispatch) and the autograd engine runs each device's backward on that
-device's own worker thread, so the kernels of different devices overlap; the Python code
-between operators (module __call__, hooks, the forward's glue) holds the GIL and is
-serialised. Small models whose step is dominated by per-operator Python overhead therefore
-overlap less than large ones; `bench/hetero.py` prints the measured overlap
-(sequential time / concurrent time of the same two shards: 2.0 would be perfect, 1.0 none).
-When two "devices" are the same silicon (fl:0 and fl:1 of the CPU plugin share the host's
-cores) the pair cannot be faster than one alone; the balancer then keeps the pair within the
-fixed per-step overhead of the fastest device alone.
+Concurrency (measured on torch 2.13 with the CPU plugin, OPENBLAS_NUM_THREADS=1, by counting
+how fast a second Python thread runs while one thread works on fl:0):
+- an fl operator call releases the GIL (torch's bindings drop it around dispatch) and the
+  CPU plugin runs the kernel asynchronously on its stream thread: 3 GEMMs of 1500² are
+  enqueued in ~20 ms and run for ~0.5 s while other threads run Python at full speed;
+- waiting with `.cpu()`, `torch.Event.synchronize()` or `Stream.synchronize()` releases the GIL;
+  `torch.fl.synchronize()` holds it while it waits (the other thread ran ~10–40x slower), so
+  this module waits on an event instead (`synchronize_device`);
+- the Python between operators (nn.Module.__call__, the forward's glue) holds the GIL, so
+  the device threads' per-operator dispatch is serialised while their kernels overlap;
+  backward runs in C++ on the autograd engine's per-device worker threads. A model whose step is dominated by dispatch overhead (tiny layers) overlaps less
+  than one dominated by kernel time.
+`bench/hetero.py` prints the overlap of two devices' forward/backward (sequential / concurrent
+time: 2.0 perfect, 1.0 none). On the 2-core development host, shared with other builds, the
+overlap measured 0.6–1.9 from run to run — even native `torch.mm` in two threads measured
+0.6–0.7 there — so the host, not the binding, bounded it; fl:0 and fl:1 of the CPU plugin are
+the same cores anyway. The numbers that matter come from different silicon (a CUDA-plugin
+device beside the CPU plugin).
 
 Precision across vendors. Different plugins run different kernels (cuBLAS vs OpenBLAS, fused
 vs unfused reductions, different summation orders), so the same shard gives gradients that
 differ in the last bits between vendors, and a hetero step's gradient Σ (n_i/N)·grad_i
 differs from a single-device big-batch gradient by that rounding (and by the different
-reduction order of the split mean). The replicas never drift apart, because after each step
-every replica receives the master's exact bits; what differs from a single-device run is
+reduction order of the split mean). The replicas never drift apart, because before a replica
+computes it receives the master's exact bits; what differs from a single-device run is
 only the rounding of each step's gradient, of the order of the kernels' own error (float32:
-~1e-6 relative per step; float64: ~1e-15). Training is therefore reproducible for a fixed
-split on fixed devices, but not bit-identical to a run on one device. In float16/bfloat16,
-gradients are summed in the reduction buffer's dtype: use float32 parameters (mixed
+~1e-6 relative per step; float64: ~1e-15). Training is therefore reproducible with a fixed
+`split=` on fixed devices (a measured split follows timings, so its rounding varies from run
+to run), but not bit-identical to a run on one device. In float16/bfloat16, gradients are
+summed in the parameters' dtype: use float32 parameters (mixed
 precision) if the split must not change results beyond half-precision rounding.
 
 Not done: buffers (BatchNorm running statistics) are those the master computed on its own
@@ -76,11 +85,18 @@ __all__ = ["ThroughputBalancer", "HeteroDataParallel", "synchronize_device", "de
 
 
 def synchronize_device(device: torch.device) -> None:
-    """Waits for all work queued on `device` (fl, cuda, or any torch accelerator)."""
+    """Waits for the work queued on `device`'s current stream (fl, cuda, or any accelerator)
+    without holding the GIL, so that the other devices' threads keep running Python.
+
+    For fl this records an event and waits on it (torch.Event.synchronize releases the GIL;
+    torch.fl.synchronize, which waits for every stream of the device, holds it while it waits
+    — measured: a second Python thread runs ~10x slower during it)."""
     if device.type == "cpu":
         return
     if device.type == "fl":
-        torch.fl.synchronize(device.index)
+        event = torch.Event(device=device)
+        event.record()
+        event.synchronize()
         return
     module = getattr(torch, device.type, None)
     if module is not None and hasattr(module, "synchronize"):

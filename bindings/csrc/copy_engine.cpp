@@ -119,6 +119,11 @@ at::Tensor host_alias(const at::Tensor& t) {
 void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
   (void)non_blocking;  // copies from pageable host memory complete before returning
   if (dst.numel() == 0) return;
+  if (src.sizes() != dst.sizes()) {
+    // copy_ broadcasts its source; the paths below copy whole buffers of dst's size.
+    copy_between(dst, src.expand(dst.sizes()), non_blocking);
+    return;
+  }
   translate_errors("copy: ", [&] {
     // host → fl
     if (!is_fl(src)) {

@@ -1,0 +1,100 @@
+"""Shared set-up for the binding's tests: two fl devices from the CPU plugin, paths of the
+repository and build tree, and helpers that compare fl results with torch's own CPU ops.
+
+FL_CPU_DEVICES must be set before torch_fl (and so the core runtime) is first imported."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+os.environ["FL_CPU_DEVICES"] = "2"
+os.environ.pop("FL_PLUGIN_PATH", None)   # the core then loads the plugins of its own build tree
+os.environ.pop("FL_CONFIG", None)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import torch_fl  # noqa: E402,F401 - registers the fl device
+
+REPO = Path(__file__).resolve().parents[2]
+# The build tree that holds the torch_fl._C in use (…/<build>/bindings/python/torch_fl/_C*.so).
+BUILD = Path(torch_fl._C.__file__).absolute().parents[3]
+STUB_PLUGIN = BUILD / "tests" / "plugin_zoo" / "libfl_stub.so"
+
+
+def to_cpu(value):
+    """fl tensors (possibly nested in tuples/lists) to CPU, for comparison."""
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_cpu(v) for v in value)
+    return value
+
+
+def to_fl(value, device="fl:0"):
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(to_fl(v, device) for v in value)
+    return value
+
+
+def assert_same(actual, expected, rtol=None, atol=None, exact=False):
+    """`actual` (fl or CPU) equals the CPU reference `expected`: same dtype, shape and values."""
+    actual = to_cpu(actual)
+    if isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_same(a, e, rtol, atol, exact)
+        return
+    if not isinstance(expected, torch.Tensor):
+        assert actual == expected
+        return
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    if exact:
+        assert torch.equal(actual, expected)
+    else:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Runs `code` in a fresh interpreter with this process's sys.path (so the same torch_fl
+    and build tree), plus `env` on top of the current environment."""
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    if env:
+        for k, v in env.items():
+            if v is None:
+                full_env.pop(k, None)
+            else:
+                full_env[k] = v
+    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def op_calls(stats: dict, base: str) -> dict:
+    """Calls per tier of every overload of `base` ("aten::add" sums add.Tensor, add_.Tensor and
+    add.out: structured ops reach the router as their out= overload)."""
+    total = {"native": 0, "generic": 0, "cpu_fallback": 0}
+    stem = base.split("::")[1]
+    for name, s in stats.items():
+        op = name.split("::")[1].split(".")[0]
+        if op in (stem, stem + "_"):
+            for k in total:
+                total[k] += s[k]
+    return total
+
+
+@pytest.fixture
+def fl0():
+    return torch.device("fl:0")
+
+
+@pytest.fixture(autouse=True)
+def _restore_current_device():
+    before = torch.fl.current_device()
+    yield
+    torch.fl.set_device(before)

@@ -1,0 +1,142 @@
+"""Copies: host↔device, fl:0↔fl:1, non_blocking, dtype conversion, non-contiguous source and
+destination, pinned host memory."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import assert_same
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
+          torch.int8, torch.uint8, torch.bool]
+
+
+def _data(dtype, shape=(6, 5)):
+    t = torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 50
+    return t.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_host_device_roundtrip(dtype):
+    cpu = _data(dtype)
+    f = cpu.to("fl")
+    assert f.device == torch.device("fl:0") and f.dtype == dtype
+    assert_same(f, cpu, exact=True)
+    assert_same(f.to("fl:1"), cpu, exact=True)
+    assert_same(f.to("fl:1").to("fl:0"), cpu, exact=True)
+
+
+@pytest.mark.parametrize("src_dtype,dst_dtype", [
+    (torch.float32, torch.float64), (torch.float64, torch.float32), (torch.float32, torch.bfloat16),
+    (torch.bfloat16, torch.float32), (torch.float32, torch.int64), (torch.int64, torch.float32),
+    (torch.bool, torch.float32), (torch.float32, torch.bool), (torch.int64, torch.int32),
+    (torch.uint8, torch.float16),
+])
+@pytest.mark.parametrize("route", ["h2d", "d2h", "d2d", "d2d_peer"])
+def test_dtype_conversion_copies(src_dtype, dst_dtype, route):
+    cpu = _data(src_dtype)
+    expected = cpu.to(dst_dtype)
+    if route == "h2d":
+        out = cpu.to("fl", dst_dtype)
+    elif route == "d2h":
+        out = cpu.to("fl").to("cpu", dst_dtype)
+    elif route == "d2d":
+        out = cpu.to("fl").to(dst_dtype)
+    else:
+        out = cpu.to("fl:0").to("fl:1", dst_dtype)
+    assert out.dtype == dst_dtype
+    assert_same(out, expected, exact=True)
+
+
+@pytest.mark.parametrize("route", ["h2d", "d2h", "d2d", "d2d_peer"])
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "expanded_src", "permuted"])
+def test_non_contiguous_copies(route, layout):
+    src_dev = "cpu" if route == "h2d" else "fl:0"
+    dst_dev = {"h2d": "fl:0", "d2h": "cpu", "d2d": "fl:0", "d2d_peer": "fl:1"}[route]
+    base = torch.arange(48, dtype=torch.float32).reshape(4, 12)
+    src_base = base.to(src_dev)
+    if layout == "transposed":
+        src, shape = src_base.t(), (12, 4)
+    elif layout == "sliced":
+        src, shape = src_base[:, ::3], (4, 4)
+    elif layout == "expanded_src":
+        src, shape = src_base[0:1].expand(3, 12), (3, 12)
+    else:
+        src, shape = src_base.reshape(2, 2, 12).permute(2, 0, 1), (12, 2, 2)
+    expected_src = {"transposed": base.t(), "sliced": base[:, ::3], "expanded_src": base[0:1].expand(3, 12),
+                    "permuted": base.reshape(2, 2, 12).permute(2, 0, 1)}[layout]
+    # Contiguous destination.
+    dst = torch.full(shape, -1.0, device=dst_dev)
+    dst.copy_(src)
+    assert_same(dst, expected_src.contiguous(), exact=True)
+    # Non-contiguous destination: a strided view of a larger tensor; the rest stays untouched.
+    big = torch.full((shape[0], 2 * shape[1]) + tuple(shape[2:]), -1.0, device=dst_dev)
+    view = big[:, ::2]
+    view.copy_(src)
+    expected_big = torch.full(big.shape, -1.0)
+    expected_big[:, ::2] = expected_src
+    assert_same(big, expected_big, exact=True)
+
+
+def test_copy_broadcasts_source():
+    dst = torch.zeros(3, 4, device="fl")
+    dst.copy_(torch.arange(4.0))
+    assert_same(dst, torch.arange(4.0).expand(3, 4).contiguous(), exact=True)
+    dst.copy_(torch.tensor(2.5).to("fl"))
+    assert_same(dst, torch.full((3, 4), 2.5), exact=True)
+
+
+@pytest.mark.parametrize("route", ["h2d", "d2h", "d2d_peer"])
+def test_non_blocking_copies(route):
+    cpu = torch.randn(1000)
+    if route == "h2d":
+        out = cpu.to("fl", non_blocking=True)
+    elif route == "d2h":
+        out = cpu.to("fl").to("cpu", non_blocking=True)
+    else:
+        out = cpu.to("fl:0").to("fl:1", non_blocking=True)
+    torch.fl.synchronize(0)
+    torch.fl.synchronize(1)
+    assert_same(out, cpu, exact=True)
+
+
+def test_pinned_memory_to_fl_non_blocking():
+    cpu = torch.randn(64, 64)
+    pinned = cpu.pin_memory()
+    assert pinned.is_pinned()
+    assert pinned.device.type == "cpu"
+    assert_same(pinned, cpu, exact=True)
+    out = pinned.to("fl", non_blocking=True)
+    torch.fl.current_stream().synchronize()
+    assert_same(out, cpu, exact=True)
+    back = torch.empty(64, 64).pin_memory()
+    back.copy_(out, non_blocking=True)
+    torch.fl.synchronize()
+    assert_same(back, cpu, exact=True)
+    assert not cpu.is_pinned()
+
+
+def test_empty_and_scalar_copies():
+    e = torch.empty(0, 3).to("fl")
+    assert e.shape == (0, 3) and e.device.type == "fl"
+    assert e.cpu().shape == (0, 3)
+    s = torch.tensor(3.25).to("fl")
+    assert s.dim() == 0 and s.item() == 3.25
+    assert_same(s.to("fl:1"), torch.tensor(3.25), exact=True)
+
+
+def test_clone_and_contiguous_on_fl():
+    cpu = torch.randn(5, 6)
+    f = cpu.to("fl")
+    c = f.t().clone()
+    assert_same(c, cpu.t(), exact=True)
+    assert c.stride() == cpu.t().clone().stride()
+    cc = f.t().contiguous()
+    assert cc.is_contiguous()
+    assert_same(cc, cpu.t().contiguous(), exact=True)
+    assert f.clone().data_ptr() != f.data_ptr()
+
+
+def test_large_copy():
+    cpu = torch.randn(1 << 20)
+    assert_same(cpu.to("fl").to("fl:1").cpu(), cpu, exact=True)

@@ -1,0 +1,147 @@
+"""torch.fl and torch.accelerator on fl: devices, current device, moving tensors and modules,
+and the runtime's description of devices and plugins."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torch_fl
+from conftest import BUILD, assert_same
+
+
+def test_is_available_and_device_count():
+    assert torch.fl.is_available()
+    assert torch.fl.device_count() == 2
+    assert torch_fl._C.device_count() == 2
+
+
+def test_backend_renamed_to_fl():
+    assert torch._C._get_privateuse1_backend_name() == "fl"
+    x = torch.empty(3, device="fl")
+    assert x.device.type == "fl"
+    assert x.device.index == torch.fl.current_device()
+
+
+def test_set_device_and_current_device():
+    torch.fl.set_device(1)
+    assert torch.fl.current_device() == 1
+    assert torch.empty(2, device="fl").device == torch.device("fl:1")
+    torch.fl.set_device("fl:0")
+    assert torch.fl.current_device() == 0
+    torch.fl.set_device(torch.device("fl", 1))
+    assert torch.fl.current_device() == 1
+
+
+def test_set_device_rejects_bad_index():
+    with pytest.raises(IndexError, match="invalid fl device index 5"):
+        torch.fl.set_device(5)
+    with pytest.raises(ValueError):
+        torch.fl.set_device("cpu")
+
+
+def test_device_context_manager_restores():
+    torch.fl.set_device(0)
+    with torch.fl.device(1):
+        assert torch.fl.current_device() == 1
+        assert torch.ones(1, device="fl").device.index == 1
+    assert torch.fl.current_device() == 0
+    with torch.fl.device("fl:1"):
+        assert torch.fl.current_device() == 1
+    assert torch.fl.current_device() == 0
+
+
+def test_device_guard_of_torch_device():
+    torch.fl.set_device(0)
+    with torch.device("fl:1"):
+        t = torch.zeros(2)
+    assert t.device == torch.device("fl:1")
+
+
+def test_accelerator_api():
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator() == torch.device("fl")
+    assert torch.accelerator.device_count() == 2
+    torch.accelerator.set_device_index(1)
+    assert torch.accelerator.current_device_index() == 1
+    assert torch.fl.current_device() == 1
+    torch.accelerator.set_device_index(0)
+    assert torch.accelerator.current_device_index() == 0
+    with torch.accelerator.device_index(1):
+        assert torch.accelerator.current_device_index() == 1
+    assert torch.accelerator.current_device_index() == 0
+    s = torch.accelerator.current_stream()
+    assert s.device == torch.device("fl:0")
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(1)
+
+
+def test_tensor_fl_and_is_fl():
+    cpu = torch.arange(6.0).reshape(2, 3)
+    a = cpu.fl()
+    assert a.is_fl and not cpu.is_fl
+    assert a.device == torch.device("fl", torch.fl.current_device())
+    b = cpu.fl(1)
+    assert b.device == torch.device("fl:1")
+    assert_same(a, cpu, exact=True)
+    assert_same(b, cpu, exact=True)
+    assert torch.equal(a.cpu(), b.cpu())
+
+
+def test_module_fl():
+    m = nn.Linear(4, 3)
+    ref_w = m.weight.detach().clone()
+    m.fl()
+    assert m.weight.device.type == "fl" and m.bias.device.type == "fl"
+    assert_same(m.weight, ref_w, exact=True)
+    m.to("fl:1")
+    assert m.weight.device == torch.device("fl:1")
+
+
+def test_storage_methods_generated():
+    t = torch.ones(4, device="fl")
+    s = t.untyped_storage()
+    assert s.device.type == "fl"
+    assert s.is_fl
+    assert s.nbytes() == 16
+
+
+def test_list_devices_fields():
+    devices = torch_fl.list_devices()
+    assert [d["index"] for d in devices] == [0, 1]
+    assert [d["device"] for d in devices] == ["fl:0", "fl:1"]
+    for d in devices:
+        for key in ("vendor", "name", "stable_id", "plugin", "plugin_version", "plugin_file",
+                    "local_index", "total_memory", "dtypes", "host_accessible", "kernels",
+                    "memory_fraction"):
+            assert key in d, key
+        assert d["plugin_file"].startswith(str(BUILD / "plugins"))
+        assert d["total_memory"] > 0
+        assert d["kernels"] > 0
+        assert "float32" in d["dtypes"].split(",")
+    assert devices[0]["local_index"] == 0 and devices[1]["local_index"] == 1
+    assert devices[0]["stable_id"] != devices[1]["stable_id"]
+    assert torch.fl.get_device_name(1) == devices[1]["name"]
+    assert torch.fl.get_device_properties("fl:0")["device"] == "fl:0"
+
+
+def test_loaded_and_skipped_plugins():
+    plugins = torch_fl.loaded_plugins()
+    assert len(plugins) >= 1
+    cpu = [p for p in plugins if p["path"] == torch_fl.list_devices()[0]["plugin_file"]]
+    assert len(cpu) == 1
+    p = cpu[0]
+    assert p["devices"] == 2
+    assert p["kernels"] == torch_fl.list_devices()[0]["kernels"]
+    assert p["abi"] == torch_fl._C.abi_version()
+    assert p["name"]
+    for s in torch_fl.skipped_plugins():
+        assert set(s) >= {"path", "origin", "step", "reason"}
+        assert s["reason"]
+
+
+def test_synchronize_and_mem_get_info():
+    torch.fl.synchronize()
+    torch.fl.synchronize(1)
+    free, total = torch.fl.mem_get_info(0)
+    assert 0 < free <= total

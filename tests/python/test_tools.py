@@ -1,0 +1,77 @@
+"""torch_fl.profile() and torch_fl.coverage_report()."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_fl
+from conftest import op_calls
+
+
+def test_profile_table_counts_ops_by_tier():
+    x = torch.randn(32, 32).to("fl")
+    with torch_fl.profile(warn_above=1.0) as prof:
+        y = (x @ x).relu()
+        z = torch.hypot(y, y)          # no plugin kernel: CPU fallback
+        z.sum().item()
+    ops = prof.ops
+    assert op_calls(ops, "aten::mm") == {"native": 1, "generic": 0, "cpu_fallback": 0}
+    assert op_calls(ops, "aten::relu") == {"native": 1, "generic": 0, "cpu_fallback": 0}
+    assert op_calls(ops, "aten::hypot") == {"native": 0, "generic": 0, "cpu_fallback": 1}
+    mm_key = next(k for k in ops if k.startswith("aten::mm"))
+    assert ops[mm_key]["kernel"] == "aten::mm.out"
+    assert all(v["seconds"] >= 0 for v in ops.values())
+    assert ops[mm_key]["seconds"] > 0
+    table = prof.table()
+    assert "aten::mm" in table and "native" in table and "cpu_fallback" in table
+    assert "fallback ratio" in table
+    native = sum(v["native"] for v in ops.values())
+    other = sum(v["generic"] + v["cpu_fallback"] for v in ops.values())
+    assert abs(prof.fallback_ratio - other / (native + other)) < 1e-12
+    assert prof.wall_seconds > 0
+    assert not torch_fl._C.profiling()
+
+
+def test_profile_warns_when_fallback_ratio_is_high():
+    x = torch.randn(8).to("fl")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch_fl.profile(warn_above=0.10) as prof:
+            for _ in range(5):
+                torch.hypot(x, x)
+    assert prof.fallback_ratio > 0.10
+    msgs = [str(w.message) for w in caught if "left the native tier" in str(w.message)]
+    assert len(msgs) == 1 and "threshold 10%" in msgs[0]
+
+
+def test_profile_quiet_when_all_native():
+    x = torch.randn(8, 8).to("fl")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch_fl.profile() as prof:
+            (x + x).mul(2)
+    assert prof.fallback_ratio == 0.0
+    assert not [w for w in caught if "left the native tier" in str(w.message)]
+
+
+def test_coverage_report_lists_ops_with_tiers():
+    model = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(2 * 4 * 4, 3))
+    x = torch.randn(2, 1, 6, 6)
+
+    def step():
+        F.cross_entropy(model(x), torch.tensor([0, 2])).backward()
+
+    report = torch_fl.coverage_report(step)
+    assert set(report["aten::addmm"]) == {"fl:0", "fl:1"}
+    assert report["aten::addmm"]["fl:0"] == torch_fl.op_support("aten::addmm")
+    assert report["aten::relu"]["fl:0"] == "native"
+    assert "aten::convolution" in report or "aten::convolution_overrideable" in report
+    tiers = {t for per_dev in report.values() for t in per_dev.values()}
+    assert tiers <= {"native", "generic", "cpu_fallback", "error"}, tiers
+    assert any(op.startswith("aten::_log_softmax") for op in report)
+    assert any("backward" in op for op in report)      # backward ops recorded too
+    only0 = torch_fl.coverage_report(step, devices=[0])
+    assert all(set(v) == {"fl:0"} for v in only0.values())

@@ -144,7 +144,7 @@ class ThroughputBalancer:
     Guard: `record_step` keeps the measured wall time per sample of each device *set* that ran
     (EMA); `plan` uses the model's split unless its set has measured slower than the fastest
     device alone (initially the calibrated time alone), then runs that device alone and
-    re-tries the model's split every `probe_every`-th plan."""
+    re-tries the model's split for one step every `probe_every`-th plan."""
 
     def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5):
         if num_devices < 1:
@@ -162,6 +162,7 @@ class ThroughputBalancer:
         self.calibrated = False
         self.observations = 0
         self.plans = 0
+        self.probing = False  # the last plan re-tries a set that measured slower: run it once
 
     # -- model updates
 
@@ -197,8 +198,11 @@ class ThroughputBalancer:
         self.observations += 1
 
     def record_step(self, shard_sizes: Sequence[int], seconds: float) -> None:
-        """Folds the wall time of one step's parallel phase (forward/backward on every device
-        plus the gradient reduction and parameter broadcast) into its device set's record."""
+        """Folds the wall time of one whole step (weight pulls, forward/backward on every
+        device, gradient reduction, optimizer step, loss read-back) into its device set's
+        record. Before a device has run alone for real, its record is its calibrated
+        forward/backward time plus transfers (no optimizer step): a slight bias towards
+        running alone, corrected by the first real steps of that mode."""
         batch = sum(shard_sizes)
         if batch <= 0:
             return
@@ -266,6 +270,7 @@ class ThroughputBalancer:
         fastest device alone (then that device alone, re-probing the model's split every
         `probe_every`-th plan)."""
         self.plans += 1
+        self.probing = False
         sizes = self.split(batch_size)
         active = [i for i, n in enumerate(sizes) if n > 0]
         best = self.fastest_alone()
@@ -275,6 +280,7 @@ class ThroughputBalancer:
         if shared is None or shared <= self.measured[self._key([best])]:
             return sizes
         if self.plans % self.probe_every == 0:
+            self.probing = True
             return sizes
         alone = [0] * self.num_devices
         alone[best] = batch_size
@@ -442,8 +448,10 @@ class HeteroDataParallel:
 
     # -- one step
 
-    def _run_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable) -> tuple[torch.Tensor, float]:
-        """Forward and backward of one shard on device `index`; returns (loss, seconds)."""
+    def _run_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
+                   wait: bool = True) -> tuple[torch.Tensor, float | None]:
+        """Forward and backward of one shard on device `index`; returns (loss, seconds until
+        the device finished, or None when not `wait`ing for it)."""
         device = self.devices[index]
         replica = self.replicas[index]
         with device_context(device):
@@ -455,6 +463,8 @@ class HeteroDataParallel:
                 p.grad = None
             loss = loss_fn(_call(replica, x), y)
             loss.backward()
+            if not wait:
+                return loss.detach(), None
             synchronize_device(device)
             return loss.detach(), time.perf_counter() - start
 
@@ -466,7 +476,7 @@ class HeteroDataParallel:
             for k in range(batch_size - sum(sizes)):
                 sizes[order[k % len(order)]] += 1
             return sizes
-        refresh = self.rebalance_every > 0 and self.steps % self.rebalance_every == 0
+        refresh = (self.rebalance_every > 0 and self.steps % self.rebalance_every == 0) or self.balancer.probing
         if batch_size not in self._shards_for or refresh:
             self._shards_for[batch_size] = self.balancer.plan(batch_size)
         return self._shards_for[batch_size]
@@ -485,26 +495,34 @@ class HeteroDataParallel:
             self.broadcast([i for i in active if i in self._stale])
             self.assert_replicas_identical(active)
         start = time.perf_counter()
-        futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
-                   for i, x, y in zip(active, in_parts, tgt_parts)}
-        results = {i: f.result() for i, f in futures.items()}
-        self._reduce_gradients({i: sizes[i] / batch for i in active})
-        synchronize_device(self.reduce_device)
-        phase_seconds = time.perf_counter() - start
+        if len(active) == 1 and self.replicas[active[0]] is self.module:
+            # The master alone: run it on this thread and do not wait for the device before
+            # the optimizer step, so that the step's dispatch overlaps the backward kernels,
+            # as in a plain training loop.
+            results = {active[0]: self._run_shard(active[0], in_parts[0], tgt_parts[0], loss_fn, wait=False)}
+        else:
+            futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
+                       for i, x, y in zip(active, in_parts, tgt_parts)}
+            results = {i: f.result() for i, f in futures.items()}
+            self._reduce_gradients({i: sizes[i] / batch for i in active})
 
         self.optimizer.step()
         # Replicas receive the new weights when they next run (in their own thread), so a
         # device that sits a step out costs no transfer.
         self._stale = {i for i, r in enumerate(self.replicas) if r is not self.module}
+        # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
+        # Reading the losses back also waits for the optimizer step queued behind them.
+        loss = sum(float(results[i][0].cpu()) * (sizes[i] / batch) for i in active)
+        synchronize_device(self.reduce_device)
+        step_seconds = time.perf_counter() - start
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
         if self.fixed_split is None:
             self.balancer.observe(sizes, seconds)
-            self.balancer.record_step(sizes, phase_seconds)
+            self.balancer.record_step(sizes, step_seconds)
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1
-        # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
-        return sum(float(results[i][0].cpu()) * (sizes[i] / batch) for i in active)
+        return loss
 
     @torch.no_grad()
     def _reduce_gradients(self, weights: dict[int, float]) -> None:

@@ -30,7 +30,7 @@ def run_side(workload: str, device: str, timeout: int) -> dict:
     env = dict(os.environ)
     if not device.startswith("fl"):
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"  # the native side runs without torch_fl
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-X", "faulthandler", "-u", "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT"):
             return json.loads(line[len("RESULT"):])

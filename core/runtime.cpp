@@ -88,7 +88,11 @@ void Runtime::load_plugins(const std::vector<std::string>& explicit_files) {
   for (const auto& c : candidates) {
     const std::string path = c.path.string();
     auto skip = [&](const std::string& step, const std::string& reason) {
-      log().warn("plugin {} skipped at step '{}': {}", path, step, reason);
+      // A plugin whose driver or device is absent is the normal case on most machines (the
+      // CUDA plugin on a CPU box): info, not a warning. Broken plugins warn.
+      const bool no_device = reason.rfind("no device", 0) == 0;
+      log().log(no_device ? spdlog::level::info : spdlog::level::warn,
+                "plugin {} skipped at step '{}': {}", path, step, reason);
       skipped_.push_back({path, c.origin, step, reason});
     };
     log().debug("plugin {}: found via {}", path, c.origin);

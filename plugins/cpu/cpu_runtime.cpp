@@ -81,6 +81,15 @@ void Runtime::init(const char* options) {
   std::string seed_text = option_value(opts, "seed");
   uint64_t seed = seed_text.empty() ? 0 : static_cast<uint64_t>(parse_integer(seed_text, "seed"));
   instance().reset(new Runtime(static_cast<int32_t>(devices), seed));
+  // host_accessible=0 (or FL_CPU_HOST_ACCESSIBLE=0) makes the devices report memory the host
+  // may not dereference, as a GPU's: the core then takes the staging paths a GPU plugin takes,
+  // so CI exercises them without a GPU. The memory itself is still host memory.
+  std::string access = option_value(opts, "host_accessible");
+  if (access.empty()) {
+    const char* env = std::getenv("FL_CPU_HOST_ACCESSIBLE");
+    if (env != nullptr && *env != '\0') access = env;
+  }
+  instance()->host_accessible_ = access.empty() || parse_integer(access, "host_accessible") != 0;
 }
 
 void Runtime::shutdown() { instance().reset(); }

@@ -44,7 +44,8 @@ struct Device {
 
 class Runtime {
  public:
-  // Parses "devices=N;seed=S" (else env FL_CPU_DEVICES, default 1 device, seed 0).
+  // Parses "devices=N;seed=S;host_accessible=0|1" (else env FL_CPU_DEVICES and
+  // FL_CPU_HOST_ACCESSIBLE; default 1 device, seed 0, host-accessible).
   static void init(const char* options);
   static void shutdown();
   static Runtime& get();  // throws FL_ERR_INVALID_ARGUMENT before init
@@ -54,6 +55,7 @@ class Runtime {
   Device& device(int32_t index);  // throws FL_ERR_INVALID_ARGUMENT for a bad index
   uint64_t total_memory() const { return total_memory_; }
   int32_t host_threads() const { return host_threads_; }
+  bool host_accessible() const { return host_accessible_; }
 
   // Resolves a stream handle (NULL = the device's default stream, created lazily).
   StreamQueue& stream(int32_t device, fl_stream_t handle);
@@ -75,6 +77,7 @@ class Runtime {
   std::vector<std::unique_ptr<Device>> devices_;
   uint64_t total_memory_ = 0;
   int32_t host_threads_ = 1;
+  bool host_accessible_ = true;
   std::mutex pinned_mutex_;
   std::map<uintptr_t, size_t> pinned_blocks_;
 };

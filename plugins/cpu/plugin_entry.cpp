@@ -72,7 +72,7 @@ fl_status_t device_get_properties(int32_t device, fl_device_properties* props) {
     full.compute_units = runtime.host_threads();
     full.alignment = 64;
     full.dtype_mask = kernels::storable_dtype_mask();
-    full.host_accessible = 1;
+    full.host_accessible = runtime.host_accessible() ? 1 : 0;
     full.supports_pinned_host = 1;
     full.pci_bus_id = -1;
     full.reserved0 = 0;

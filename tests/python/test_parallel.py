@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import io
+import time
 
 import pytest
 import torch
@@ -227,3 +228,59 @@ def test_balancer_state_is_checkpointed():
     assert other.balancer.state_dict() == state["balancer"]
     assert other.balancer.calibrated  # a resumed run does not re-calibrate
     other.close()
+
+
+class _SlowOn(nn.Module):
+    """Identity that sleeps on one device — a stand-in for a slower chip (sleep releases the
+    GIL, as a device's kernels do)."""
+
+    def __init__(self, device: str, fixed_s: float = 0.0, per_sample_s: float = 0.0):
+        super().__init__()
+        self.device, self.fixed_s, self.per_sample_s = torch.device(device), fixed_s, per_sample_s
+
+    def forward(self, x):
+        if x.device == self.device:
+            time.sleep(self.fixed_s + self.per_sample_s * x.shape[0])
+        return x
+
+
+def _slow_model(**slow):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(12, 16), _SlowOn("fl:1", **slow), nn.Tanh(), nn.Linear(16, 4))
+
+
+def test_a_slower_device_gets_a_smaller_shard_and_results_stay_exact():
+    xs, ys = _data(torch.float64, steps=4, batch=64)
+    torch.manual_seed(0)
+    reference = _slow_model().to(torch.float64).to("fl:0")
+    opt = _optimizer(reference.parameters())
+    for x, y in zip(xs, ys):
+        opt.zero_grad()
+        F.cross_entropy(reference(x.to("fl:0")), y.to("fl:0")).backward()
+        opt.step()
+    # fl:1 costs 2 ms per sample more than fl:0: it should get well under half of the batch
+    hdp = HeteroDataParallel(_slow_model(per_sample_s=2e-3).to(torch.float64), ["fl:0", "fl:1"],
+                             _optimizer, rebalance_every=1, calibration_reps=1)
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert sum(hdp.last_shards) == 64
+        assert hdp.last_shards[1] < 64 // 4, hdp.last_shards
+        assert hdp.balancer.per_sample[1] > 1e-3
+        for got, expected in zip(hdp.module.parameters(), reference.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), expected.detach().cpu(), rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
+def test_a_device_with_a_large_fixed_cost_sits_out():
+    xs, ys = _data(torch.float32, steps=3, batch=32)
+    hdp = HeteroDataParallel(_slow_model(fixed_s=0.15), ["fl:0", "fl:1"], _optimizer,
+                             rebalance_every=1, calibration_reps=1)
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert hdp.last_shards == [32, 0]
+        assert hdp.balancer.overhead[1] > 0.1
+    finally:
+        hdp.close()

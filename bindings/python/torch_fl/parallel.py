@@ -173,8 +173,9 @@ class ThroughputBalancer:
         mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
         var = sum((n - mean_n) ** 2 for n in ns)
         b = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, ts)) / var if var > 0 else 0.0
-        if b <= 0:  # timing noise swamped the per-sample cost: treat it all as per-sample
-            b, a = mean_t / max(mean_n, 1.0), 0.0
+        if b <= 0:  # the time did not grow with the shard: it is (nearly) all fixed cost
+            b = 0.01 * mean_t / max(mean_n, 1.0)
+            a = mean_t - b * mean_n
         else:
             a = max(mean_t - b * mean_n, 0.0)
         self.overhead[device] = a

@@ -1,4 +1,5 @@
-"""torch_fl.parallel: the throughput balancer's split, and HeteroDataParallel on fl:0 + fl:1
+"""torch_fl.parallel: the throughput balancer's split, and HeteroDataParallel on fl:0 + fl:1 (and
+across two plugins when another plugin has a device)
 giving the parameters of a single-device big-batch run, bit-identical replicas, and exact
 checkpoint/resume."""
 from __future__ import annotations
@@ -11,6 +12,8 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+import torch_fl
 
 from torch_fl.parallel import HeteroDataParallel, ThroughputBalancer
 
@@ -282,5 +285,29 @@ def test_a_device_with_a_large_fixed_cost_sits_out():
             hdp.train_step(x, y, F.cross_entropy)
         assert hdp.last_shards == [32, 0]
         assert hdp.balancer.overhead[1] > 0.1
+    finally:
+        hdp.close()
+
+
+def _device_of_another_plugin() -> str | None:
+    devices = torch_fl.list_devices()
+    others = [d["device"] for d in devices if d["plugin"] != devices[0]["plugin"]]
+    return others[0] if others else None
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_two_plugins_equal_single_device_big_batch(dtype, atol):
+    other = _device_of_another_plugin()
+    if other is None:
+        pytest.skip("only one plugin has devices in this build")
+    xs, ys = _data(dtype, steps=4, batch=40)
+    expected = _single_device_run(dtype, xs, ys)
+    hdp = HeteroDataParallel(_model(dtype), ["fl:0", other], _optimizer, split=[1, 1], debug=True)
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert hdp.last_shards == [20, 20]
+        for g, e in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=atol)
     finally:
         hdp.close()

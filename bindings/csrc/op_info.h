@@ -31,6 +31,7 @@ struct OpInfo {
   std::array<std::atomic<uint64_t>, kTierCount> calls{};
   std::atomic<uint64_t> nanoseconds{0};         // with the profiler on
   std::atomic<bool> warned{false};
+  bool explicitly_registered = false;           // registered on PrivateUse1 by name (not the fallback)
   // Per plugin (by index in the runtime's plugin list): resolved table entry, or nullptr.
   std::vector<const fl_kernel_entry*> entries;
   std::atomic<bool> entries_resolved{false};

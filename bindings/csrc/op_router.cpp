@@ -88,20 +88,28 @@ bool overlaps(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // Outputs for the call: existing out= / self tensors, or new ones from the Meta result.
+// Appends the tensors of an argument (a Tensor, or each of a Tensor[]) to `outs`.
+void append_tensors(const c10::IValue& v, std::vector<at::Tensor>& outs) {
+  if (v.isTensor()) {
+    outs.push_back(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) outs.push_back(t);
+  }
+}
+
+// Outputs for the call, flattened (a Tensor[] out= contributes each tensor): existing out= /
+// self tensors (resized to the Meta result where ATen would), or new ones from the Meta result.
 std::vector<at::Tensor> prepare_outputs(const OpInfo& info, c10::ArrayRef<c10::IValue> args,
                                         const std::vector<TensorMeta>& meta, c10::Device device) {
   std::vector<at::Tensor> outs;
   if (info.form == OpForm::Out) {
     const size_t first = info.num_arguments - info.num_out_arguments;
-    for (size_t i = 0; i < info.num_out_arguments; ++i) {
-      at::Tensor out = args[first + i].toTensor();
-      if (i < meta.size() && meta[i].defined && out.sizes() != c10::IntArrayRef(meta[i].sizes)) {
-        out.resize_(meta[i].sizes);
-      }
-      outs.push_back(out);
+    for (size_t i = 0; i < info.num_out_arguments; ++i) append_tensors(args[first + i], outs);
+    for (size_t i = 0; i < outs.size() && i < meta.size(); ++i) {
+      if (meta[i].defined && outs[i].sizes() != c10::IntArrayRef(meta[i].sizes)) outs[i].resize_(meta[i].sizes);
     }
   } else if (info.form == OpForm::InPlace) {
-    outs.push_back(args[0].toTensor());
+    append_tensors(args[0], outs);
   } else {
     for (const auto& m : meta) {
       if (!m.defined) {
@@ -115,13 +123,28 @@ std::vector<at::Tensor> prepare_outputs(const OpInfo& info, c10::ArrayRef<c10::I
   return outs;
 }
 
-void push_results(const OpInfo& info, torch::jit::Stack* stack, const std::vector<at::Tensor>& outputs) {
-  torch::jit::drop(*stack, info.num_arguments);
-  if (info.form == OpForm::InPlace) {
-    stack->emplace_back(outputs[0]);
-  } else {
-    for (size_t i = 0; i < info.num_returns && i < outputs.size(); ++i) stack->emplace_back(outputs[i]);
+// Replaces the arguments on the stack by the op's returns. In-place ops return `self` (or
+// nothing, as the foreach ones); a functional op returning Tensor[] gets all outputs as one list.
+void push_results(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack,
+                  const std::vector<at::Tensor>& outputs) {
+  const auto& returns = op.schema().returns();
+  if (info.form == OpForm::InPlace || info.form == OpForm::Out) {
+    // Returns alias the written arguments: self for in-place, the out= ones otherwise.
+    const size_t first = info.form == OpForm::InPlace ? 0 : info.num_arguments - info.num_out_arguments;
+    std::vector<c10::IValue> results;
+    for (size_t i = 0; i < returns.size(); ++i) results.push_back((*stack)[stack->size() - info.num_arguments + first + i]);
+    torch::jit::drop(*stack, info.num_arguments);
+    for (auto& r : results) stack->push_back(std::move(r));
+    return;
   }
+  torch::jit::drop(*stack, info.num_arguments);
+  if (returns.size() == 1 && returns[0].type()->kind() == c10::TypeKind::ListType) {
+    c10::List<at::Tensor> list;
+    for (const auto& t : outputs) list.push_back(t);
+    stack->emplace_back(std::move(list));
+    return;
+  }
+  for (size_t i = 0; i < returns.size() && i < outputs.size(); ++i) stack->emplace_back(outputs[i]);
 }
 
 // Tier 1. False when the plugin cannot serve this call (no entry, dtype, layout, refusal).
@@ -193,7 +216,7 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   for (size_t i = 0; i < targets.size(); ++i)
     if (targets[i].defined() && !targets[i].is_same(outputs[i])) outputs[i].copy_(targets[i]);
 
-  push_results(info, stack, outputs);
+  push_results(op, info, stack, outputs);
   return true;
 }
 
@@ -209,7 +232,7 @@ bool try_generic(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
                                                      : info.num_arguments;
   std::vector<c10::IValue> inputs(args.begin(), args.begin() + static_cast<long>(num_inputs));
   if (!kernel(inputs, outputs)) return false;
-  push_results(info, stack, outputs);
+  push_results(op, info, stack, outputs);
   return true;
 }
 
@@ -245,6 +268,18 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
         info.calls[static_cast<int>(Tier::Generic)].fetch_add(1, std::memory_order_relaxed);
         return;
       }
+    }
+  }
+  // An op registered here explicitly (the foreach family) whose ATen composite kernel exists:
+  // that composite, in terms of per-tensor ops that reach the plugin, is its generic kernel.
+  if (info.explicitly_registered && device >= 0 &&
+      op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
+    if (cfg.strict) refuse("no native kernel, and fallback.strict is set (ATen's composite exists)");
+    if (cfg.enable_generic_kernel) {
+      warn_fallback(info, Tier::Generic, device, args);
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CompositeExplicitAutograd), stack);
+      info.calls[static_cast<int>(Tier::Generic)].fetch_add(1, std::memory_order_relaxed);
+      return;
     }
   }
   if (cfg.strict) refuse("no native kernel in the plugin, and fallback.strict is set");
@@ -297,5 +332,29 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", torch::CppFunction::makeFromBoxedFunction<&boxed_route>());
   m.impl("convolution_backward_overrideable", torch::CppFunction::makeFromBoxedFunction<&boxed_route>());
 }
+
+namespace {
+
+// The foreach ops (Adam's and AdamW's default path on PrivateUse1) have ATen composites that
+// loop over tensors; registering them here lets a plugin's multi-tensor kernel serve a whole
+// list in one call, with the composite as the generic tier when it has none.
+struct RegisterForeachOps {
+  RegisterForeachOps() {
+    static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                          __FILE__, __LINE__);
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+      if (name.name.rfind("aten::_foreach_", 0) != 0) continue;
+      auto handle = c10::Dispatcher::singleton().findSchema(name);
+      if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) continue;
+      const std::string qualified = name.overload_name.empty() ? name.name.substr(6)
+                                                               : name.name.substr(6) + "." + name.overload_name;
+      lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_route>());
+      op_info(*handle).explicitly_registered = true;
+    }
+  }
+};
+RegisterForeachOps register_foreach_ops;
+
+}  // namespace
 
 }  // namespace fl::binding

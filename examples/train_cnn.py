@@ -54,7 +54,7 @@ def train(device: str, epochs: int, batch_size: int, seed: int, lr: float, quiet
     start = time.perf_counter()
     steps = (len(xtr) + batch_size - 1) // batch_size
     for epoch in range(epochs):
-        bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{epochs} on {device}", disable=quiet, leave=False)
+        bar = tqdm(range(steps), desc=f"epoch {epoch + 1}/{epochs} on {device}", disable=True if quiet else None, leave=False)
         for i in bar:
             xb = xtr_d[i * batch_size:(i + 1) * batch_size]
             yb = ytr_d[i * batch_size:(i + 1) * batch_size]

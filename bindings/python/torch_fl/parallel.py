@@ -13,10 +13,11 @@ Each step:
    sample, c_i the gradient/weight transfer), with a slowdown s_i under concurrency learnt
    from real steps (EMA); the split is recomputed every `rebalance_every` steps and minimises
    the predicted step time. A device whose fixed cost exceeds the step time gets no shard.
-   On top of the model, a measured guard: each device set's real time per sample is recorded,
-   and a set that measures slower than the fastest device alone is replaced by that device
-   alone (re-tried every `probe_every` re-balances) — adding a device never costs throughput
-   for longer than a probe;
+   On top of the model, a measured guard: the real time per sample of every device set that
+   ran is recorded, and the balancer runs whichever of {the model's split, each device
+   alone} measured fastest, re-running the candidate with the oldest record for one step
+   every `probe_every` re-balances — so adding a device costs throughput only during those
+   probes, never for long;
 2. every replica first pulls the master's latest weights if it is stale (in its own thread,
    so transfers to different devices overlap; a device that sat steps out pays nothing), then
    runs forward and backward on its shard — one Python thread per device;
@@ -142,9 +143,10 @@ class ThroughputBalancer:
     per-sample cost, which would starve the device.
 
     Guard: `record_step` keeps the measured wall time per sample of each device *set* that ran
-    (EMA); `plan` uses the model's split unless its set has measured slower than the fastest
-    device alone (initially the calibrated time alone), then runs that device alone and
-    re-tries the model's split for one step every `probe_every`-th plan."""
+    (EMA; a device alone starts from its calibrated time). `plan` runs whichever of {the
+    model's split, each device alone} measured fastest, and every `probe_every`-th plan
+    re-runs for one step the candidate with the oldest record — so a device set that is
+    slower than one device alone runs only during those probes."""
 
     def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5):
         if num_devices < 1:
@@ -159,6 +161,7 @@ class ThroughputBalancer:
         self.transfer = [0.0] * num_devices       # c_i, seconds
         self.slowdown = [1.0] * num_devices       # s_i
         self.measured: dict[str, float] = {}      # device set "0,1" -> seconds per sample (EMA)
+        self.last_seen: dict[str, int] = {}       # device set -> the plan during which it last ran
         self.calibrated = False
         self.observations = 0
         self.plans = 0
@@ -209,6 +212,7 @@ class ThroughputBalancer:
             return
         key = self._key([i for i, n in enumerate(shard_sizes) if n > 0])
         now = seconds / batch
+        self.last_seen[key] = self.plans
         old = self.measured.get(key)
         self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
 
@@ -267,25 +271,29 @@ class ThroughputBalancer:
         return min(alone)[1] if alone else None
 
     def plan(self, batch_size: int) -> list[int]:
-        """The split to run next: the model's, unless its device set measured slower than the
-        fastest device alone (then that device alone, re-probing the model's split every
-        `probe_every`-th plan)."""
+        """The split to run next. Candidates: the model's split, and each device alone.
+        Normally the candidate whose device set measured the lowest time per sample (the
+        model's split is tried as soon as its set has no record); every `probe_every`-th plan
+        instead runs, for one step, the candidate whose record is oldest, so that every
+        record follows the machine as it changes."""
         self.plans += 1
         self.probing = False
-        sizes = self.split(batch_size)
-        active = [i for i, n in enumerate(sizes) if n > 0]
-        best = self.fastest_alone()
-        if len(active) <= 1 or best is None:
-            return sizes
-        shared = self.measured.get(self._key(active))
-        if shared is None or shared <= self.measured[self._key([best])]:
-            return sizes
+        model = self.split(batch_size)
+        candidates = {self._key(i for i, n in enumerate(model) if n > 0): model}
+        for i in range(self.num_devices):
+            alone = [0] * self.num_devices
+            alone[i] = batch_size
+            candidates.setdefault(self._key([i]), alone)
+        if len(candidates) == 1:
+            return model
         if self.plans % self.probe_every == 0:
             self.probing = True
-            return sizes
-        alone = [0] * self.num_devices
-        alone[best] = batch_size
-        return alone
+            return candidates[min(candidates, key=lambda k: self.last_seen.get(k, -1))]
+        model_key = next(iter(candidates))
+        if model_key not in self.measured:
+            return model
+        best = min((k for k in candidates if k in self.measured), key=self.measured.__getitem__)
+        return candidates[best]
 
     # -- checkpointing
 
@@ -293,6 +301,7 @@ class ThroughputBalancer:
         return {"ema": self.ema, "probe_every": self.probe_every, "overhead": list(self.overhead),
                 "per_sample": list(self.per_sample), "transfer": list(self.transfer),
                 "slowdown": list(self.slowdown), "measured": dict(self.measured),
+                "last_seen": dict(self.last_seen),
                 "calibrated": self.calibrated, "observations": self.observations, "plans": self.plans}
 
     def load_state_dict(self, state: dict) -> None:
@@ -306,6 +315,7 @@ class ThroughputBalancer:
         self.transfer = [float(v) for v in state["transfer"]]
         self.slowdown = [float(v) for v in state["slowdown"]]
         self.measured = {str(k): float(v) for k, v in state["measured"].items()}
+        self.last_seen = {str(k): int(v) for k, v in state["last_seen"].items()}
         self.calibrated = bool(state["calibrated"])
         self.observations = int(state["observations"])
         self.plans = int(state["plans"])
@@ -366,8 +376,8 @@ class HeteroDataParallel:
         reduce_device: where gradients are summed and the optimizer runs (default: devices[0]).
         rebalance_every: recompute the split every K steps from measured times (0: never).
         ema: weight of the newest measurement in the per-device cost estimate.
-        probe_every: while a device set measured slower than the fastest device alone, re-try
-            it every this many re-balances.
+        probe_every: every this many re-balances, re-measure for one step the split whose
+            record is oldest (the model's split or a device alone).
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.

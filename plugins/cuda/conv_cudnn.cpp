@@ -231,6 +231,17 @@ struct Scalars {
   const void* zero(fl_dtype_t dt) const { return dt == FL_DTYPE_FLOAT64 ? static_cast<const void*>(&d_zero) : &f_zero; }
 };
 
+// y += bias, the bias (C) viewed as (C, 1, 1) and broadcast over (N, C, H, W).
+void add_bias(const fl_tensor& y, const fl_tensor& bias, const LaunchContext& ctx) {
+  const int64_t shape[3] = {bias.shape[0], 1, 1};
+  const int64_t strides[3] = {bias.strides[0], 0, 0};
+  fl_tensor view = bias;
+  view.ndim = 3;
+  view.shape = shape;
+  view.strides = strides;
+  launch_add_inplace(y, view, ctx);
+}
+
 bool requested(const Args& a, int32_t i) {
   return i < a.num_outputs() && !plugin::is_undefined(a.output(i)) && a.output(i).data != nullptr;
 }
@@ -270,6 +281,15 @@ FL_CUDA_KERNEL(k_convolution) {
     const bool precise = (call->flags & FL_CALL_PRECISE) != 0;
     const bool deterministic = (call->flags & FL_CALL_DETERMINISTIC) != 0;
     const bool no_tf32 = precise && x.dtype == FL_DTYPE_FLOAT32;
+    // A sum over an empty set (no input channels, or an empty kernel window): y = 0 (+ bias).
+    // cuDNN rejects descriptors with a zero dimension.
+    if (plugin::numel(x) == 0 || plugin::numel(w) == 0) {
+      check_gpu(gpuMemsetAsync(plugin::data_ptr<void>(y), 0,
+                               static_cast<size_t>(plugin::numel(y)) * plugin::dtype_size(y.dtype), ctx.stream),
+                "cudaMemsetAsync");
+      if (bias != nullptr) add_bias(y, *bias, ctx);
+      return;
+    }
 
     TensorDesc xd, yd;
     FilterDesc wd;
@@ -302,16 +322,7 @@ FL_CUDA_KERNEL(k_convolution) {
       };
       run_with_algo(dev, cd.d, make_key(Pass::Forward, x, w, p, call->flags), list, run, "cudnnConvolutionForward");
     }
-    if (bias != nullptr) {
-      // bias (C) viewed as (C, 1, 1), broadcast over (N, C, H, W).
-      const int64_t shape[3] = {bias->shape[0], 1, 1};
-      const int64_t strides[3] = {bias->strides[0], 0, 0};
-      fl_tensor view = *bias;
-      view.ndim = 3;
-      view.shape = shape;
-      view.strides = strides;
-      launch_add_inplace(y, view, ctx);
-    }
+    if (bias != nullptr) add_bias(y, *bias, ctx);
   });
 }
 
@@ -351,15 +362,9 @@ FL_CUDA_KERNEL(k_convolution_backward) {
     const bool no_tf32 = precise && x.dtype == FL_DTYPE_FLOAT32;
     const bool empty = plugin::numel(dy) == 0 || plugin::numel(x) == 0 || plugin::numel(w) == 0;
 
-    TensorDesc xd, dyd;
-    FilterDesc wd;
-    ConvDesc cd;
-    set_tensor(xd, x);
-    set_tensor(dyd, dy);
-    set_filter(wd, w);
-    set_conv(cd, p, x.dtype, precise);
-    const Scalars sc;
-    ConvDevice& dev = conv_device(ctx.device);
+    // Empty operands (a zero-size batch, no channels): every requested gradient is a sum over
+    // an empty set, so zero-filled (grad_bias by the sum below); cuDNN descriptors with a
+    // zero dimension are rejected, so none is built.
     if (empty) {
       for (int i = 0; i < 2; ++i) {
         const bool want = i == 0 ? want_dx : want_dw;
@@ -370,6 +375,15 @@ FL_CUDA_KERNEL(k_convolution_backward) {
                     "cudaMemsetAsync");
       }
     } else {
+      TensorDesc xd, dyd;
+      FilterDesc wd;
+      ConvDesc cd;
+      set_tensor(xd, x);
+      set_tensor(dyd, dy);
+      set_filter(wd, w);
+      set_conv(cd, p, x.dtype, precise);
+      const Scalars sc;
+      ConvDevice& dev = conv_device(ctx.device);
       std::lock_guard<std::mutex> lock(dev.mutex);
       cudnnHandle_t h = handle_for(dev, ctx.stream);
       if (want_dx) {

@@ -127,6 +127,20 @@ template <class C> struct DropoutBackwardOp : FloatOnly {
   __device__ C operator()(C dy, C mask) const { return dy * mask * scale; }
 };
 
+// mode 1: a bool output (logical negation); else two's-complement negation of the bits.
+template <class C> struct BitwiseNotOp : OpTraits {
+  int mode;
+  explicit BitwiseNotOp(const OpParams& q) : mode(q.mode) {}
+  __device__ C operator()(C a) const {
+    if constexpr (std::is_integral_v<C>) return mode == 1 ? C(a == C(0) ? 1 : 0) : C(~a);
+    else return C(0);  // not reached: the entry refuses floating inputs
+  }
+};
+template <class C> struct LogicalNotOp : OpTraits {
+  explicit LogicalNotOp(const OpParams&) {}
+  __device__ C operator()(C a) const { return a == C(0) ? C(1) : C(0); }
+};
+
 template <template <class> class Op, int N>
 fl_status_t run_op(const fl_kernel_call* call, const char* name, const OpParams& q) {
   return plugin::guard([&] {
@@ -158,6 +172,20 @@ FL_CUDA_KERNEL(k_tanh_out) { return run_op<TanhOp, 1>(call, "aten::tanh", {}); }
 FL_CUDA_KERNEL(k_sigmoid_out) { return run_op<SigmoidOp, 1>(call, "aten::sigmoid", {}); }
 FL_CUDA_KERNEL(k_relu_out) { return run_op<ReluOp, 1>(call, "aten::relu", {}); }
 FL_CUDA_KERNEL(k_reciprocal_out) { return run_op<ReciprocalOp, 1>(call, "aten::reciprocal", {}); }
+// bitwise_not.out(self): integers and bool only.
+FL_CUDA_KERNEL(k_bitwise_not_out) {
+  if (call != nullptr && call->num_inputs >= 1 && call->num_outputs >= 1 && call->inputs[0].kind == FL_VALUE_TENSOR &&
+      call->inputs[0].u.tensor != nullptr) {
+    const fl_dtype_t in = call->inputs[0].u.tensor->dtype, out = call->outputs[0].dtype;
+    if (is_floating_dtype(in) || !is_real_dtype(in) || (in == FL_DTYPE_BOOL) != (out == FL_DTYPE_BOOL))
+      return plugin::fail(FL_ERR_NOT_SUPPORTED, "aten::bitwise_not: dtype not supported");
+    OpParams q;
+    q.mode = out == FL_DTYPE_BOOL ? 1 : 0;
+    return run_op<BitwiseNotOp, 1>(call, "aten::bitwise_not", q);
+  }
+  return plugin::fail(FL_ERR_INVALID_ARGUMENT, "aten::bitwise_not: bad arguments");
+}
+FL_CUDA_KERNEL(k_logical_not_out) { return run_op<LogicalNotOp, 1>(call, "aten::logical_not", {}); }
 FL_CUDA_KERNEL(k_silu_out) { return run_op<SiluOp, 1>(call, "aten::silu", {}); }
 FL_CUDA_KERNEL(k_silu_backward) { return run_op<SiluBackwardOp, 2>(call, "aten::silu_backward", {}); }
 FL_CUDA_KERNEL(k_tanh_backward) { return run_op<TanhBackwardOp, 2>(call, "aten::tanh_backward", {}); }

@@ -26,6 +26,9 @@ constexpr uint32_t kEw = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | 
                          FL_KERNEL_DETERMINISTIC;
 constexpr uint32_t kEwExact = kEw | FL_KERNEL_PRECISE;
 constexpr uint32_t kDet = FL_KERNEL_DETERMINISTIC;
+constexpr uint32_t kStrided = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | FL_KERNEL_DETERMINISTIC;
+constexpr uint32_t kForeach = FL_KERNEL_ALIASING_OK | FL_KERNEL_DETERMINISTIC;
+constexpr uint64_t kHalfFloat = bit(FL_DTYPE_FLOAT32) | bit(FL_DTYPE_BFLOAT16) | bit(FL_DTYPE_FLOAT16);
 
 constexpr fl_kernel_entry entry(const char* op, uint64_t mask, uint32_t flags, fl_kernel_fn fn) {
   return fl_kernel_entry{sizeof(fl_kernel_entry), op, mask, flags, 0u, fn, nullptr};
@@ -83,6 +86,8 @@ const fl_kernel_entry kTable[] = {
     entry("aten::sigmoid.out", kFloat, kEw, k_sigmoid_out),
     entry("aten::relu.out", kFloat | kInt, kEwExact, k_relu_out),
     entry("aten::reciprocal.out", kFloat, kEw, k_reciprocal_out),
+    entry("aten::bitwise_not.out", kInt | kBool, kEwExact, k_bitwise_not_out),
+    entry("aten::logical_not.out", kReal, kEwExact, k_logical_not_out),
     entry("aten::gelu.out", kFloat, kEw, k_gelu_out),
     entry("aten::gelu_backward.grad_input", kFloat, kEw, k_gelu_backward),
     entry("aten::silu.out", kFloat, kEw, k_silu_out),
@@ -132,6 +137,47 @@ const fl_kernel_entry kTable[] = {
     // pooling
     entry("aten::max_pool2d_with_indices.out", kFloat, kDet, k_max_pool2d_with_indices),
     entry("aten::max_pool2d_with_indices_backward.grad_input", kFloat, kDet, k_max_pool2d_with_indices_backward),
+    // batch norm (any strides: NCHW and channels_last)
+    entry("aten::native_batch_norm", kHalfFloat, kStrided, k_native_batch_norm),
+    entry("aten::native_batch_norm.out", kHalfFloat, kStrided, k_native_batch_norm),
+    entry("aten::_native_batch_norm_legit", kHalfFloat, kStrided, k_native_batch_norm_legit),
+    entry("aten::_native_batch_norm_legit.out", kHalfFloat, kStrided, k_native_batch_norm_legit),
+    entry("aten::_native_batch_norm_legit_no_training", kHalfFloat, kStrided, k_native_batch_norm_legit_no_training),
+    entry("aten::_native_batch_norm_legit_no_training.out", kHalfFloat, kStrided, k_native_batch_norm_legit_no_training),
+    entry("aten::native_batch_norm_backward", kHalfFloat, kStrided, k_native_batch_norm_backward),
+    entry("aten::native_batch_norm_backward.out", kHalfFloat, kStrided, k_native_batch_norm_backward),
+    entry("aten::_adaptive_avg_pool2d.out", kFloat, kStrided, k_adaptive_avg_pool2d),
+    entry("aten::_adaptive_avg_pool2d_backward.out", kFloat, kStrided, k_adaptive_avg_pool2d_backward),
+    // multi-tensor (foreach) ops: dense tensors of one dtype; in place allowed
+    entry("aten::_foreach_add.List_out", kHalfFloat, kForeach, k_foreach_add_list),
+    entry("aten::_foreach_sub.List_out", kHalfFloat, kForeach, k_foreach_sub_list),
+    entry("aten::_foreach_add.Scalar_out", kHalfFloat, kForeach, k_foreach_add_scalar),
+    entry("aten::_foreach_sub.Scalar_out", kHalfFloat, kForeach, k_foreach_sub_scalar),
+    entry("aten::_foreach_add.ScalarList_out", kHalfFloat, kForeach, k_foreach_add_scalar_list),
+    entry("aten::_foreach_mul.Scalar_out", kHalfFloat, kForeach, k_foreach_mul_scalar),
+    entry("aten::_foreach_mul.ScalarList_out", kHalfFloat, kForeach, k_foreach_mul_scalar_list),
+    entry("aten::_foreach_mul.List_out", kHalfFloat, kForeach, k_foreach_mul_list),
+    entry("aten::_foreach_mul.Tensor_out", kHalfFloat, kForeach, k_foreach_mul_tensor),
+    entry("aten::_foreach_div.Scalar_out", kHalfFloat, kForeach, k_foreach_div_scalar),
+    entry("aten::_foreach_div.ScalarList_out", kHalfFloat, kForeach, k_foreach_div_scalar_list),
+    entry("aten::_foreach_div.List_out", kHalfFloat, kForeach, k_foreach_div_list),
+    entry("aten::_foreach_div.Tensor_out", kHalfFloat, kForeach, k_foreach_div_tensor),
+    entry("aten::_foreach_sqrt.out", kHalfFloat, kForeach, k_foreach_sqrt),
+    entry("aten::_foreach_neg.out", kHalfFloat, kForeach, k_foreach_neg),
+    entry("aten::_foreach_lerp.Scalar_out", kHalfFloat, kForeach, k_foreach_lerp_scalar),
+    entry("aten::_foreach_lerp.List_out", kHalfFloat, kForeach, k_foreach_lerp_list),
+    entry("aten::_foreach_addcmul.Scalar_out", kHalfFloat, kForeach, k_foreach_addcmul_scalar),
+    entry("aten::_foreach_addcmul.ScalarList_out", kHalfFloat, kForeach, k_foreach_addcmul_scalar_list),
+    entry("aten::_foreach_addcdiv.Scalar_out", kHalfFloat, kForeach, k_foreach_addcdiv_scalar),
+    entry("aten::_foreach_addcdiv.ScalarList_out", kHalfFloat, kForeach, k_foreach_addcdiv_scalar_list),
+    entry("aten::_foreach_copy.out", kHalfFloat, kForeach, k_foreach_copy),
+    entry("aten::_foreach_zero.out", kHalfFloat, kForeach, k_foreach_zero),
+    entry("aten::_foreach_norm.Scalar_out", kHalfFloat, kDet, k_foreach_norm),
+    // shapes
+    entry("aten::cat.out", kReal, FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | kDet, k_cat_out),
+    entry("aten::tril.out", kReal, FL_KERNEL_ALIASING_OK | kDet, k_tril_out),
+    entry("aten::triu.out", kReal, FL_KERNEL_ALIASING_OK | kDet, k_triu_out),
+    entry("aten::arange.start_out", kReal, kDet, k_arange_out),
     // GEMM (cuBLAS)
     entry("aten::mm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_mm_out),
     entry("aten::addmm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_addmm_out),

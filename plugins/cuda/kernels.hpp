@@ -41,6 +41,8 @@ fl_status_t k_tanh_out(const fl_kernel_call* call);
 fl_status_t k_sigmoid_out(const fl_kernel_call* call);
 fl_status_t k_relu_out(const fl_kernel_call* call);
 fl_status_t k_reciprocal_out(const fl_kernel_call* call);
+fl_status_t k_bitwise_not_out(const fl_kernel_call* call);
+fl_status_t k_logical_not_out(const fl_kernel_call* call);
 fl_status_t k_silu_out(const fl_kernel_call* call);
 fl_status_t k_silu_backward(const fl_kernel_call* call);
 fl_status_t k_tanh_backward(const fl_kernel_call* call);
@@ -93,6 +95,48 @@ fl_status_t k_native_dropout(const fl_kernel_call* call);
 // pooling.cu
 fl_status_t k_max_pool2d_with_indices(const fl_kernel_call* call);
 fl_status_t k_max_pool2d_with_indices_backward(const fl_kernel_call* call);
+
+// batch_norm.cu
+fl_status_t k_native_batch_norm(const fl_kernel_call* call);
+fl_status_t k_native_batch_norm_legit(const fl_kernel_call* call);
+fl_status_t k_native_batch_norm_legit_no_training(const fl_kernel_call* call);
+fl_status_t k_native_batch_norm_backward(const fl_kernel_call* call);
+
+// adaptive_pool.cu
+fl_status_t k_adaptive_avg_pool2d(const fl_kernel_call* call);
+fl_status_t k_adaptive_avg_pool2d_backward(const fl_kernel_call* call);
+
+// foreach.cu
+fl_status_t k_foreach_add_list(const fl_kernel_call* call);
+fl_status_t k_foreach_sub_list(const fl_kernel_call* call);
+fl_status_t k_foreach_add_scalar(const fl_kernel_call* call);
+fl_status_t k_foreach_sub_scalar(const fl_kernel_call* call);
+fl_status_t k_foreach_add_scalar_list(const fl_kernel_call* call);
+fl_status_t k_foreach_mul_scalar(const fl_kernel_call* call);
+fl_status_t k_foreach_mul_scalar_list(const fl_kernel_call* call);
+fl_status_t k_foreach_mul_list(const fl_kernel_call* call);
+fl_status_t k_foreach_mul_tensor(const fl_kernel_call* call);
+fl_status_t k_foreach_div_scalar(const fl_kernel_call* call);
+fl_status_t k_foreach_div_scalar_list(const fl_kernel_call* call);
+fl_status_t k_foreach_div_list(const fl_kernel_call* call);
+fl_status_t k_foreach_div_tensor(const fl_kernel_call* call);
+fl_status_t k_foreach_sqrt(const fl_kernel_call* call);
+fl_status_t k_foreach_neg(const fl_kernel_call* call);
+fl_status_t k_foreach_lerp_scalar(const fl_kernel_call* call);
+fl_status_t k_foreach_lerp_list(const fl_kernel_call* call);
+fl_status_t k_foreach_addcmul_scalar(const fl_kernel_call* call);
+fl_status_t k_foreach_addcmul_scalar_list(const fl_kernel_call* call);
+fl_status_t k_foreach_addcdiv_scalar(const fl_kernel_call* call);
+fl_status_t k_foreach_addcdiv_scalar_list(const fl_kernel_call* call);
+fl_status_t k_foreach_copy(const fl_kernel_call* call);
+fl_status_t k_foreach_zero(const fl_kernel_call* call);
+fl_status_t k_foreach_norm(const fl_kernel_call* call);
+
+// shape_ops.cu
+fl_status_t k_cat_out(const fl_kernel_call* call);
+fl_status_t k_tril_out(const fl_kernel_call* call);
+fl_status_t k_triu_out(const fl_kernel_call* call);
+fl_status_t k_arange_out(const fl_kernel_call* call);
 
 // gemm_cublas.cpp
 fl_status_t k_mm_out(const fl_kernel_call* call);

@@ -166,9 +166,20 @@ const CachedProperties& device_properties(int32_t device) {
   return state().properties[static_cast<size_t>(device)];
 }
 
+namespace {
+// Makes `device` current unless it already is. cudaGetDevice reads the runtime's thread-local
+// current device (no driver call), so the common case costs no cudaSetDevice, and a device
+// switched by other code on this thread (torch's own CUDA, say) is still noticed.
+void make_current(int32_t device) {
+  int current = -1;
+  if (gpuGetDevice(&current) == gpuSuccess && current == device) return;
+  check_gpu(gpuSetDevice(device), "cudaSetDevice");
+}
+}  // namespace
+
 void activate_device(int32_t device) {
   (void)device_state(device);
-  check_gpu(gpuSetDevice(device), "cudaSetDevice");
+  make_current(device);
 }
 
 gpuStream_t resolve_stream(int32_t device, fl_stream_t stream) {
@@ -181,7 +192,7 @@ uint64_t rng_seed() { return state().seed; }
 LaunchContext begin_kernel(const fl_kernel_call* call) {
   if (call == nullptr) plugin::raise(FL_ERR_INVALID_ARGUMENT, "kernel called with a NULL call");
   DeviceState& d = device_state(call->device);
-  check_gpu(gpuSetDevice(call->device), "cudaSetDevice");
+  make_current(call->device);
   LaunchContext ctx;
   ctx.stream = call->stream != nullptr ? reinterpret_cast<gpuStream_t>(call->stream) : d.default_stream;
   ctx.sm_count = d.sm_count;

@@ -2,7 +2,8 @@
 // cublasGemmStridedBatchedEx. Row-major C = A·B is computed as column-major Cᵀ = Bᵀ·Aᵀ;
 // an operand that is a transposed view (column-major) is passed with CUBLAS_OP_T instead
 // of being copied, any other layout is copied dense first. float32 uses TF32 tensor cores
-// unless the call has FL_CALL_PRECISE; bf16/fp16 accumulate in float32. One handle per
+// unless the call has FL_CALL_PRECISE; bf16/fp16 accumulate in float32 (with cuBLAS's
+// default math mode, as torch's defaults). The handle is rebound only when the stream changes. One handle per
 // device (calls on it serialised by a mutex) and a 32 MiB workspace per stream, so that
 // GEMMs on different streams never share scratch memory.
 #include "blas_handles.hpp"
@@ -41,6 +42,10 @@ struct BlasDevice {
   std::mutex mutex;
   cublasHandle_t handle = nullptr;
   std::unordered_map<gpuStream_t, void*> workspaces;
+  // The stream (and its workspace) the handle is bound to: rebinding only on a change
+  // (cublasSetStream resets the workspace, so both are set together).
+  bool bound = false;
+  gpuStream_t bound_stream = nullptr;
 };
 
 std::mutex g_blas_mutex;
@@ -172,12 +177,21 @@ void run_gemm(const fl_kernel_call* call, const LaunchContext& ctx, const char* 
 
   BlasDevice& dev = blas_device(ctx.device);
   std::lock_guard<std::mutex> lock(dev.mutex);
-  if (dev.handle == nullptr) check_blas(cublasCreate(&dev.handle), "cublasCreate");
-  check_blas(cublasSetStream(dev.handle, ctx.stream), "cublasSetStream");
-  check_blas(cublasSetWorkspace(dev.handle, workspace_for(dev, ctx.stream), kWorkspaceBytes), "cublasSetWorkspace");
-  check_blas(cublasSetMathMode(dev.handle, precise ? CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION
-                                                   : CUBLAS_DEFAULT_MATH),
-             "cublasSetMathMode");
+  if (dev.handle == nullptr) {
+    check_blas(cublasCreate(&dev.handle), "cublasCreate");
+    // TF32 is chosen by the compute type above, not the math mode. Half-type GEMMs may use
+    // reduced-precision reductions, as torch allows by default
+    // (allow_bf16/fp16_reduced_precision_reduction = True).
+    check_blas(cublasSetMathMode(dev.handle, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+  }
+  if (!dev.bound || dev.bound_stream != ctx.stream) {
+    void* ws = workspace_for(dev, ctx.stream);
+    dev.bound = false;
+    check_blas(cublasSetStream(dev.handle, ctx.stream), "cublasSetStream");
+    check_blas(cublasSetWorkspace(dev.handle, ws, kWorkspaceBytes), "cublasSetWorkspace");
+    dev.bound = true;
+    dev.bound_stream = ctx.stream;
+  }
   if (!batched) {
     check_blas(cublasGemmEx(dev.handle, op_b, op_a, static_cast<int>(n), static_cast<int>(m), static_cast<int>(k),
                             alpha_p, db->ptr, dtype, static_cast<int>(db->ld), da->ptr, dtype,
@@ -236,6 +250,7 @@ void release_stream_blas_workspace(int32_t device, gpuStream_t stream) {
     d = g_blas[static_cast<size_t>(device)].get();
   }
   std::lock_guard<std::mutex> lock(d->mutex);
+  if (d->bound && d->bound_stream == stream) d->bound = false;  // the next GEMM rebinds
   auto it = d->workspaces.find(stream);
   if (it == d->workspaces.end()) return;
   (void)gpuFree(it->second);

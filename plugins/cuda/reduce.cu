@@ -12,6 +12,7 @@
 #include "kernel_glue.hpp"
 #include "kernels.hpp"
 #include "reduce.hpp"
+#include "scratch_buffer.hpp"
 
 #include <cfloat>
 #include <climits>
@@ -36,6 +37,7 @@ struct ReduceGeometry {
 
 __device__ __forceinline__ int64_t group_offset(int64_t linear, int32_t n, const int64_t* sizes,
                                                 const int64_t* strides) {
+  if (n == 1) return linear * strides[0];  // the common case: no division
   int64_t off = 0;
   for (int d = n - 1; d >= 0; --d) {
     const int64_t i = linear % sizes[d];
@@ -192,6 +194,41 @@ __global__ void reduce_columns(ReduceGeometry g, const void* in, fl_dtype_t in_d
   }
 }
 
+// Columns split along the reduced dim (few outputs, many rows: a wide bias gradient): block
+// (x, y) reduces outputs [32x, 32x+32) over rows [y*chunk, (y+1)*chunk) into
+// partial[y * out_count + o]; reduce_column_splits then combines the splits in order.
+template <class P>
+__global__ void reduce_columns_split(ReduceGeometry g, const void* in, fl_dtype_t in_dt, int64_t chunk,
+                                     typename P::Acc* partial) {
+  __shared__ typename P::Acc tile[kColY][kColX + 1];
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kColX + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * chunk;
+  const int64_t r1 = r0 + chunk < g.red_count ? r0 + chunk : g.red_count;
+  typename P::Acc acc = P::identity();
+  if (o < g.out_count) {
+    const int64_t base = group_offset(o, g.n_kept, g.kept_sizes, g.kept_strides);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColY)
+      acc = P::combine(acc, P::load(in, base + group_offset(r, g.n_red, g.red_sizes, g.red_strides), in_dt, r));
+  }
+  tile[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && o < g.out_count) {
+    for (int k = 1; k < kColY; ++k) acc = P::combine(acc, tile[k][threadIdx.x]);
+    partial[static_cast<int64_t>(blockIdx.y) * g.out_count + o] = acc;
+  }
+}
+
+template <class P>
+__global__ void reduce_column_splits(const typename P::Acc* partial, int64_t splits, int64_t out_count,
+                                     int64_t red_count, void* out, fl_dtype_t out_dt) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; o < out_count; o += step) {
+    typename P::Acc acc = partial[o];
+    for (int64_t s = 1; s < splits; ++s) acc = P::combine(acc, partial[s * out_count + o]);
+    P::store(out, o, out_dt, acc, red_count);
+  }
+}
+
 // Splits and coalesces the dims of `in` (reduce[d] true: reduced).
 ReduceGeometry make_geometry(const fl_tensor& in, const std::vector<bool>& reduce) {
   ReduceGeometry g;
@@ -254,6 +291,24 @@ void launch_policy(const ReduceGeometry& g, const fl_tensor& in, const fl_tensor
     check_launch("reduce_block_per_output");
   } else {
     int64_t blocks = (g.out_count + kColX - 1) / kColX;
+    const int64_t want = static_cast<int64_t>(ctx.sm_count > 0 ? ctx.sm_count : 1) * 4;
+    // Split the rows when the columns alone would leave most of the GPU idle and each split
+    // still gets at least 256 rows.
+    int64_t splits = blocks < want ? (want + blocks - 1) / blocks : 1;
+    if (splits > g.red_count / 256) splits = g.red_count / 256;
+    if (splits > 65535) splits = 65535;
+    if (splits >= 2) {
+      const int64_t chunk = (g.red_count + splits - 1) / splits;
+      splits = (g.red_count + chunk - 1) / chunk;
+      ScratchBuffer partial(static_cast<size_t>(splits * g.out_count) * sizeof(typename P::Acc), ctx.stream);
+      reduce_columns_split<P><<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(splits)), dim3(kColX, kColY),
+                                0, ctx.stream>>>(g, src, in.dtype, chunk, partial.get<typename P::Acc>());
+      check_launch("reduce_columns_split");
+      reduce_column_splits<P><<<grid_for(g.out_count, 256, ctx), 256, 0, ctx.stream>>>(
+          partial.get<typename P::Acc>(), splits, g.out_count, g.red_count, dst, out.dtype);
+      check_launch("reduce_column_splits");
+      return;
+    }
     if (blocks > max_blocks) blocks = max_blocks;
     reduce_columns<P><<<static_cast<unsigned>(blocks), dim3(kColX, kColY), 0, ctx.stream>>>(
         g, src, in.dtype, dst, out.dtype);

@@ -30,20 +30,31 @@ class HostArguments {
   at::Tensor to_host(const at::Tensor& t, bool written, bool is_out) {
     if (!is_fl(t)) return t;
     auto key = t.unsafeGetTensorImpl();
-    if (auto it = seen_.find(key); it != seen_.end()) return it->second;
-    at::Tensor host;
-    if (is_host_accessible(t) && !is_out) {
-      host = host_alias(t);  // in-place writes land in device memory directly
-    } else if (is_out) {
-      host = at::empty(t.sizes(), t.options().device(at::kCPU));
-      if (t.numel() > 0) host.copy_(t);  // out= may be read (e.g. accumulate) — keep its values
-      write_backs_.push_back({t, host});
-    } else {
-      host = t.to(at::kCPU);
-      if (written) write_backs_.push_back({t, host});
+    if (auto it = seen_.find(key); it != seen_.end()) {
+      // The same tensor again, e.g. out= aliasing self (in-place ops reach the router as
+      // X.out(self, ..., out=self)): its host copy must now be written back too.
+      Entry& e = it->second;
+      if ((written || is_out) && !e.aliased && !e.written_back) {
+        write_backs_.push_back({t, e.host});
+        e.written_back = true;
+      }
+      return e.host;
     }
-    seen_.emplace(key, host);
-    return host;
+    Entry e;
+    if (is_host_accessible(t) && !is_out) {
+      e.host = host_alias(t);  // in-place writes land in device memory directly
+      e.aliased = true;
+    } else if (is_out) {
+      e.host = at::empty(t.sizes(), t.options().device(at::kCPU));
+      if (t.numel() > 0) e.host.copy_(t);  // out= may be read (e.g. accumulate) — keep its values
+      e.written_back = true;
+    } else {
+      e.host = t.to(at::kCPU);
+      e.written_back = written;
+    }
+    if (e.written_back) write_backs_.push_back({t, e.host});
+    seen_.emplace(key, e);
+    return e.host;
   }
 
   c10::IValue convert(const c10::IValue& v, bool written, bool is_out) {
@@ -65,8 +76,8 @@ class HostArguments {
 
   // The fl tensor that `host` stands for, if any.
   at::Tensor original_of(const at::Tensor& host) const {
-    for (const auto& [impl, h] : seen_)
-      if (h.is_same(host)) return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(impl));
+    for (const auto& [impl, e] : seen_)
+      if (e.host.is_same(host)) return at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(impl));
     return at::Tensor();
   }
 
@@ -78,7 +89,12 @@ class HostArguments {
   }
 
  private:
-  std::unordered_map<c10::TensorImpl*, at::Tensor> seen_;
+  struct Entry {
+    at::Tensor host;
+    bool aliased = false;       // a host view of the device memory: nothing to write back
+    bool written_back = false;  // queued in write_backs_
+  };
+  std::unordered_map<c10::TensorImpl*, Entry> seen_;
   std::vector<WriteBack> write_backs_;
 };
 
@@ -124,6 +140,12 @@ bool run_cpu_equivalent(const c10::OperatorHandle& op, torch::jit::Stack* stack,
   return true;
 }
 
+// Arguments some CPU kernels write although their schema has no (a!) annotation:
+// native_batch_norm updates running_mean/running_var (arguments 3 and 4) in training mode.
+bool mutates_unannotated(const c10::FunctionSchema& schema, size_t argument) {
+  return schema.name() == "aten::native_batch_norm" && (argument == 3 || argument == 4);
+}
+
 }  // namespace
 
 void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
@@ -141,7 +163,7 @@ void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c
   at::Generator cpu_gen;
   for (size_t i = 0; i < n; ++i) {
     const auto& a = schema.arguments()[i];
-    const bool written = a.alias_info() && a.alias_info()->isWrite();
+    const bool written = (a.alias_info() && a.alias_info()->isWrite()) || mutates_unannotated(schema, i);
     auto type = a.type();
     if (type->kind() == c10::TypeKind::OptionalType)
       type = type->castRaw<c10::OptionalType>()->getElementType();

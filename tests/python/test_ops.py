@@ -504,6 +504,15 @@ def test_batch_norm_eval_and_group_norm():
     check(lambda t: F.group_norm(t, 3), x, rtol=1e-5, atol=1e-5)
 
 
+def test_batch_norm_training_updates_running_stats():
+    def fn(x, mean, var):
+        out = F.batch_norm(x, mean, var, training=True, momentum=0.2)
+        return out, mean, var      # running stats are updated in place
+
+    x = make((6, 3, 4, 4))
+    check(fn, x, torch.zeros(3), torch.ones(3), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("padding_idx", [None, 0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_embedding(padding_idx, dtype):

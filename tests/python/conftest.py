@@ -9,9 +9,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+import tempfile  # noqa: E402
+
 os.environ["FL_CPU_DEVICES"] = "2"
 os.environ.pop("FL_PLUGIN_PATH", None)   # the core then loads the plugins of its own build tree
-os.environ.pop("FL_CONFIG", None)
+# Hermetic configuration: an empty config file (all defaults) instead of ~/.torch_fl/config.yaml,
+# and none of the shell's overrides. FL_CPU_HOST_ACCESSIBLE is kept: test_staging sets it.
+for _var in ("FL_FALLBACK_STRICT", "FL_ENABLE_CPU_FALLBACK", "FL_ENABLE_GENERIC_KERNEL", "FL_MEMORY_FRACTION",
+             "FL_MATMUL_PRECISION", "FL_DETERMINISTIC", "FL_PLUGINS_ENABLE", "FL_PLUGINS_DISABLE"):
+    os.environ.pop(_var, None)
+_EMPTY_CONFIG = os.path.join(tempfile.mkdtemp(prefix="fl_tests_"), "config.yaml")
+open(_EMPTY_CONFIG, "w").close()
+os.environ["FL_CONFIG"] = _EMPTY_CONFIG
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

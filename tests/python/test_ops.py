@@ -634,3 +634,6 @@ def test_item_and_tolist():
     assert f[1, 2].item() == x[1, 2].item()
     assert f.tolist() == x.tolist()
     assert bool((f > 100).any()) is False
+    # item() on one-element tensors of any rank (Lightning calls it on shape-[1] losses)
+    assert f[1:2, 2].item() == x[1:2, 2].item()
+    assert f[2:, :1].item() == x[2:, :1].item()

@@ -91,6 +91,21 @@ bool KernelCallBuilder::add_input(const c10::IValue& v) {
     value.kind = FL_VALUE_BOOL_LIST;
     value.u.bools.data = bool_lists_.back().data();
     value.u.bools.len = static_cast<int64_t>(bool_lists_.back().size());
+  } else if (v.isList() && !v.isTensorList() && !v.toListRef().empty() &&
+             v.toListRef()[0].isScalar()) {
+    // Scalar[] (e.g. _foreach_div_.ScalarList) arrives as a generic list of numbers.
+    std::vector<double> numbers;
+    for (const c10::IValue& e : v.toListRef()) {
+      if (!e.isScalar() || e.isComplexDouble()) {
+        refusal_ = "a list of non-real scalars";
+        return false;
+      }
+      numbers.push_back(e.toScalar().toDouble());
+    }
+    double_lists_.push_back(std::move(numbers));
+    value.kind = FL_VALUE_DOUBLE_LIST;
+    value.u.doubles.data = double_lists_.back().data();
+    value.u.doubles.len = static_cast<int64_t>(double_lists_.back().size());
   } else if (v.isTensorList() || v.isList()) {
     std::vector<fl_tensor> list;
     for (const c10::IValue& e : v.toListRef()) {

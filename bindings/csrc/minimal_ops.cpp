@@ -80,7 +80,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  // `item()` works on any one-element tensor, not only 0-dim ones.
+  at::Tensor host = at::empty(self.sizes(), self.options().device(at::kCPU));
   copy_between(host, self, false);
   return at::native::_local_scalar_dense_cpu(host);
 }

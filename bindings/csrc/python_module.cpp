@@ -160,6 +160,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("current_device", [] { return static_cast<int>(current_device()); });
   m.def("set_device", [](int d) { set_current_device(static_cast<c10::DeviceIndex>(d)); });
   m.def("synchronize", [](int d) {
+    py::gil_scoped_release no_gil;  // other Python threads run while the device drains
     translate_errors("synchronize: ", [&] { runtime().streams(d).synchronize_all(); });
   });
   m.def("memory_stats", &memory_stats);

@@ -19,7 +19,10 @@ for _var in ("FL_FALLBACK_STRICT", "FL_ENABLE_CPU_FALLBACK", "FL_ENABLE_GENERIC_
              "FL_MATMUL_PRECISION", "FL_DETERMINISTIC", "FL_PLUGINS_ENABLE", "FL_PLUGINS_DISABLE"):
     os.environ.pop(_var, None)
 _EMPTY_CONFIG = os.path.join(tempfile.mkdtemp(prefix="fl_tests_"), "config.yaml")
-open(_EMPTY_CONFIG, "w").close()
+with open(_EMPTY_CONFIG, "w") as _f:
+    # The build tree also holds the template plugin (one host-memory device); the tests count
+    # on exactly the CPU plugin's two devices as fl:0 and fl:1.
+    _f.write("plugins:\n  disable: [template]\n")
 os.environ["FL_CONFIG"] = _EMPTY_CONFIG
 
 import pytest  # noqa: E402

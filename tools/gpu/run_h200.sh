@@ -131,12 +131,27 @@ step_bench_compare() {
   if [[ ! -f bench/compare.py ]]; then echo "bench/compare.py absent; skipping"; return 0; fi
   # shellcheck disable=SC2086
   "$PY" bench/compare.py --native cuda:0 --fl fl:0 --workloads ${FL_BENCH_WORKLOADS:-small_ops gemm cnn} \
-    --json "$OUT/bench_compare.json"
+    --timeout "${FL_BENCH_TIMEOUT:-300}" --json "$OUT/bench_compare.json"
 }
 
 # ---- OWNER HOOKS: add steps here (function step_<name>, then list <name> in STEPS) ----
 
-STEPS=(env_info configure build plugin_check dlopen_smoke example_cnn bench_compare)
+# Op-by-op and AdamW-step agreement of the CUDA plugin with PyTorch's CPU results.
+step_check_ops() {
+  python_env
+  "$PY" tools/gpu/check_against_cpu.py fl:0
+}
+
+# Heterogeneous data parallel: the CUDA device and a CPU-plugin device in one process.
+step_hetero() {
+  python_env
+  export FL_PLUGIN_PATH="$CUDA_SO:$ROOT/$BUILD/plugins/cpu/libfl_cpu.so"
+  "$PY" -c "import torch_fl; [print(d['device'], d['plugin'], d['name']) for d in torch_fl.list_devices()]"
+  timeout 240 "$PY" bench/hetero.py --devices fl:0 fl:1 --workloads ${FL_HETERO_WORKLOADS:-mlp cnn} \
+    --steps 20 --repeats 2 --json "$OUT/hetero.json"
+}
+
+STEPS=(${FL_GPU_STEPS:-env_info configure build plugin_check dlopen_smoke check_ops example_cnn bench_compare hetero})
 
 # deps must be sourced in this shell (it exports PKG_CONFIG_PATH, CPATH, ...).
 dep_start=$(date +%s.%N)

@@ -1,0 +1,84 @@
+"""Checks an fl device against PyTorch's CPU results, op by op and for whole training steps,
+and prints the tier each op took. Run where the device is real (the H200 run); with the CPU
+plugin it checks the reference against itself.
+
+    FL_PLUGIN_PATH=build-gpu/plugins/cuda/libfl_cuda.so python tools/gpu/check_against_cpu.py
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_fl
+
+DEV = sys.argv[1] if len(sys.argv) > 1 else "fl:0"
+failures = []
+
+
+def check(name, fn, *inputs, atol=1e-4, rtol=1e-4, grad=False):
+    torch.manual_seed(0)
+    cpu_in = [x.detach().clone().requires_grad_(grad and x.is_floating_point()) for x in inputs]
+    dev_in = [x.detach().to(DEV).requires_grad_(grad and x.is_floating_point()) for x in inputs]
+    ref, out = fn(*cpu_in), fn(*dev_in)
+    refs = ref if isinstance(ref, (tuple, list)) else [ref]
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    if grad:
+        sum(r.float().sum() for r in refs).backward()
+        sum(o.float().sum() for o in outs).backward()
+        refs = list(refs) + [x.grad for x in cpu_in if x.grad is not None]
+        outs = list(outs) + [x.grad for x in dev_in if x.grad is not None]
+    err = max((o.detach().cpu().float() - r.detach().float()).abs().max().item() if r.numel() else 0.0
+              for o, r in zip(outs, refs))
+    scale = max(r.detach().float().abs().max().item() if r.numel() else 0.0 for r in refs)
+    ok = err <= atol + rtol * scale
+    print(f"{'ok  ' if ok else 'FAIL'} {name:44} max|err| {err:.3e} (scale {scale:.3e})")
+    if not ok:
+        failures.append(name)
+
+
+x4 = torch.randn(8, 16, 12, 12)
+check("conv2d fwd+bwd f32", lambda x, w: F.conv2d(x, w, padding=1), x4, torch.randn(32, 16, 3, 3), grad=True, atol=1e-3)
+check("batch_norm train f32", lambda x: F.batch_norm(x, torch.zeros(16), torch.ones(16), torch.ones(16),
+                                                    torch.zeros(16), training=True), x4, grad=True)
+check("batch_norm train bf16 channels_last",
+      lambda x: F.batch_norm(x.to(torch.bfloat16).to(memory_format=torch.channels_last), None, None,
+                             training=True), x4, grad=True, atol=5e-2, rtol=2e-2)
+check("layer_norm fwd+bwd", lambda x: F.layer_norm(x, (12,)), x4, grad=True)
+check("softmax/log_softmax", lambda x: (x.softmax(-1), x.log_softmax(1)), x4, grad=True)
+check("gelu tanh", lambda x: F.gelu(x, approximate="tanh"), x4, grad=True)
+check("cross_entropy", lambda x, y: F.cross_entropy(x, y), torch.randn(64, 10), torch.randint(0, 10, (64,)), grad=True)
+check("embedding fwd+bwd", lambda w, i: F.embedding(i, w), torch.randn(100, 32), torch.randint(0, 100, (8, 16)), grad=True)
+check("matmul bmm", lambda a, b: a @ b, torch.randn(4, 64, 32), torch.randn(4, 32, 48), grad=True, atol=1e-3)
+check("addmm transposed", lambda a, b, c: torch.addmm(c, a, b.t()), torch.randn(64, 32), torch.randn(48, 32), torch.randn(48), grad=True, atol=1e-3)
+check("cat/tril/arange", lambda a: (torch.cat([a, a * 2], 1), a.tril(), torch.arange(3, 17, device=a.device) * 1.0), torch.randn(16, 16))
+check("sum/mean/amax/argmax", lambda a: (a.sum(0), a.mean((1, 2)), a.amax(-1), a.argmax(1).float()), x4)
+check("max_pool2d fwd+bwd", lambda x: F.max_pool2d(x, 2), x4, grad=True)
+
+
+def adamw_step(device):
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10)).to(device)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
+    x = torch.randn(16, 32).to(device)
+    y = torch.randint(0, 10, (16,)).to(device)
+    for _ in range(3):
+        loss = F.cross_entropy(m(x), y)
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+        opt.step()
+    return [p.detach().cpu() for p in m.parameters()]
+
+
+err = max((a - b).abs().max().item() for a, b in zip(adamw_step("cpu"), adamw_step(DEV)))
+print(f"{'ok  ' if err < 1e-4 else 'FAIL'} {'AdamW 3 steps (foreach, clip_grad_norm)':44} max|param err| {err:.3e}")
+if err >= 1e-4:
+    failures.append("adamw")
+
+print()
+print(torch_fl.fallback_report())
+print(f"\n{len(failures)} failure(s): {failures}")
+sys.exit(1 if failures else 0)

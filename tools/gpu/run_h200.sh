@@ -159,6 +159,9 @@ if [[ -f .devdeps/unpack-deps.sh ]]; then
   # shellcheck disable=SC1091
   . .devdeps/unpack-deps.sh > "$OUT/deps.log" 2>&1
   dep_rc=$?
+  # CPATH would put the carried Debian headers (fmt 9 among them) ahead of libtorch's bundled
+  # fmt in every compile; meson gets the include paths from pkg-config instead.
+  unset CPATH
 else
   echo ".devdeps/unpack-deps.sh missing (carry .devdeps)" > "$OUT/deps.log"
   dep_rc=1

@@ -29,8 +29,10 @@ c10::DeviceIndex current_device() { return tls_current_device; }
 
 void check_device(c10::DeviceIndex index) {
   const int n = runtime().device_count();
-  TORCH_CHECK_INDEX(index >= 0 && index < n, "invalid fl device index ", static_cast<int>(index),
-                    ": ", n, " fl device(s) available (see torch_fl.list_devices())");
+  // Messages carry numbers as strings: streaming integers into c10::str crashed inside the
+  // extension on the H200 build (its own copy of ostream's numeric formatting, see op_router).
+  TORCH_CHECK_INDEX(index >= 0 && index < n, "invalid fl device index ", std::to_string(index),
+                    ": ", std::to_string(n), " fl device(s) available (see torch_fl.list_devices())");
 }
 
 void set_current_device(c10::DeviceIndex index) {

@@ -209,7 +209,7 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     return false;
   }
   if (st != FL_OK) {
-    TORCH_CHECK(false, info.name, " failed on fl:", static_cast<int>(device), " (plugin '",
+    TORCH_CHECK(false, info.name, " failed on fl:", std::to_string(device), " (plugin '",
                 dev.plugin->name(), "', kernel ", info.kernel_name, ", dtypes ", dtypes_of(args),
                 "): ", fl::status_name(st), ": ", dev.plugin->last_error());
   }
@@ -236,11 +236,14 @@ bool try_generic(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
   return true;
 }
 
+// Numbers go into these messages as strings: on the H200 build (g++ 13, torch 2.11) streaming an
+// integer into c10::str crashed in the extension's own copy of ostream's numeric formatting;
+// not understood yet, and avoided here.
 void warn_fallback(OpInfo& info, Tier tier, c10::DeviceIndex device, c10::ArrayRef<c10::IValue> args) {
   if (info.warned.exchange(true)) return;
   if (!runtime().config().fallback.warn_once) return;
   std::string plugin = device >= 0 ? runtime().device(device).plugin->name() : "?";
-  TORCH_WARN("torch_fl: ", info.name, " (", dtypes_of(args), ") on fl:", static_cast<int>(device),
+  TORCH_WARN("torch_fl: ", info.name, " (", dtypes_of(args), ") on fl:", std::to_string(device),
              " ran through the ", tier_name(tier), " tier: plugin '", plugin,
              "' has no kernel '", info.kernel_name, "' for it. This is warned once; see "
              "torch_fl.fallback_stats() for counts.");
@@ -258,7 +261,7 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   auto refuse = [&](const std::string& why) {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " is not available on fl:",
-                                static_cast<int>(device), " for dtypes (", dtypes_of(args), "): ", why);
+                                std::to_string(device), " for dtypes (", dtypes_of(args), "): ", why);
   };
   if (const GenericKernel* g = find_generic_kernel(info.kernel_name); g != nullptr && device >= 0) {
     if (cfg.strict) refuse("no native kernel, and fallback.strict is set (a generic kernel exists)");

@@ -87,12 +87,14 @@ fl_status_t device_get_properties(int32_t device, fl_device_properties* props) {
 
 fl_status_t device_memory_info(int32_t device, uint64_t* free_bytes, uint64_t* total_bytes) {
   return guard([&] {
+    require(free_bytes != nullptr && total_bytes != nullptr,
+            "cpu plugin: device_memory_info needs both output pointers");
     Runtime& runtime = Runtime::get();
     Device& dev = runtime.device(device);
     uint64_t total = runtime.total_memory();
     uint64_t used = dev.bytes_in_use.load(std::memory_order_relaxed);
-    if (free_bytes) *free_bytes = used < total ? total - used : 0;
-    if (total_bytes) *total_bytes = total;
+    *free_bytes = used < total ? total - used : 0;
+    *total_bytes = total;
   });
 }
 

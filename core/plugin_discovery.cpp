@@ -55,6 +55,11 @@ void add_directory(const fs::path& dir, const std::string& origin,
     }
   }
   std::sort(files.begin(), files.end());
+  if (origin == "build dir") {
+    // The build tree also holds the vendor template (plugins/template), a sample for plugin
+    // authors rather than a device for users: it loads only when named explicitly.
+    std::erase_if(files, [](const fs::path& f) { return f.filename() == "libfl_template.so"; });
+  }
   log().debug("discovery: {} '{}': {} plugin file(s)", origin, dir.string(), files.size());
   for (auto& f : files) out.push_back({f, origin, ""});
 }

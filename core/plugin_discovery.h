@@ -4,7 +4,7 @@
 //   3. `plugins.paths` of the config,
 //   4. the install dir (<prefix>/lib/torch_fl/plugins), then this build tree's plugins/.
 // A directory contributes every `libfl_*.so` in it and in its immediate subdirectories,
-// sorted by name. The same real path is kept once. Files or directories writable by other
+// sorted by name (in the build tree, all but the vendor template `libfl_template.so`). The same real path is kept once. Files or directories writable by other
 // users are refused unless `plugins.allow_world_writable` is set.
 #pragma once
 

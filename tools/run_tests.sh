@@ -10,4 +10,10 @@ echo "== meson test (C++ suites)"
 meson test -C build --print-errorlogs --num-processes 2 || status=1
 echo "== pytest (binding)"
 "$ROOT/.venv/bin/python" -m pytest -q tests/python || status=1
+if command -v clang++ >/dev/null; then
+  echo "== fuzzing (libFuzzer, bounded: ${FL_FUZZ_SECONDS:-20} s per target)"
+  bash tests/fuzz/run_fuzz.sh "${FL_FUZZ_SECONDS:-20}" "$ROOT/build/fuzz" || status=1
+else
+  echo "== fuzzing skipped: clang++ not installed (tools/setup.sh installs it when it can)"
+fi
 exit $status

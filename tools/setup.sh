@@ -72,7 +72,7 @@ printf '%s\n%s\n' "$ROOT/bindings/python" "$ROOT/build/bindings/python" > "$SITE
 DIST="$SITE/torch_fl-0.1.0.dist-info"
 mkdir -p "$DIST"
 printf 'Metadata-Version: 2.1\nName: torch_fl\nVersion: 0.1.0\nSummary: Torch-FL device runtime (used in place from %s)\n' "$ROOT" > "$DIST/METADATA"
-printf '[torch.backends]\ntorch_fl = torch_fl:_autoload\n' > "$DIST/entry_points.txt"
+printf '[torch.backends]\ntorch_fl = torch_fl._entry:autoload\n' > "$DIST/entry_points.txt"
 printf 'torch_fl.pth,,\n' > "$DIST/RECORD"
 printf 'tools/setup.sh\n' > "$DIST/INSTALLER"
 "$VPY" -c "import torch_fl; print('setup: torch_fl ready:', [d['device'] + ' ' + d['name'] for d in torch_fl.list_devices()])"

@@ -46,7 +46,7 @@ def _write_dist_info(site):
     info = site / "torch_fl_autoload_check-0.0.0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch-fl-autoload-check\nVersion: 0.0.0\n")
-    (info / "entry_points.txt").write_text("[torch.backends]\ntorch_fl = torch_fl:_autoload\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\ntorch_fl = torch_fl._entry:autoload\n")
 
 
 AUTOLOAD_CODE = textwrap.dedent("""

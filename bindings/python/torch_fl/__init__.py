@@ -80,3 +80,5 @@ else:
     _register()
 
     from . import _lightning_hook  # noqa: E402,F401 - Trainer(accelerator="fl") registers itself when Lightning loads
+
+_initialized = True

@@ -10,8 +10,6 @@
 namespace fl::binding {
 namespace {
 
-bool is_fl(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
-
 struct DeviceRef {
   const fl::LogicalDevice& dev;
   fl::StreamRegistry& streams;
@@ -126,7 +124,7 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
   }
   translate_errors("copy: ", [&] {
     // host → fl
-    if (!is_fl(src)) {
+    if (!is_fl_tensor(src)) {
       const DeviceRef d = device_ref(dst.device().index());
       if (d.dev.props.host_accessible) {
         host_alias(dst).copy_(src);
@@ -146,7 +144,7 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       return;
     }
     // fl → host
-    if (!is_fl(dst)) {
+    if (!is_fl_tensor(dst)) {
       const DeviceRef d = device_ref(src.device().index());
       if (d.dev.props.host_accessible) {
         dst.copy_(host_alias(src));

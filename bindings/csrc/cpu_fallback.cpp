@@ -17,8 +17,6 @@
 namespace fl::binding {
 namespace {
 
-bool is_fl(const at::Tensor& t) { return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1; }
-
 struct WriteBack {
   at::Tensor fl;   // the user's tensor
   at::Tensor cpu;  // what the CPU kernel wrote
@@ -28,7 +26,7 @@ class HostArguments {
  public:
   // `mode_copy`: give the CPU kernel a copy (to be written back when `written`).
   at::Tensor to_host(const at::Tensor& t, bool written, bool is_out) {
-    if (!is_fl(t)) return t;
+    if (!is_fl_tensor(t)) return t;
     auto key = t.unsafeGetTensorImpl();
     if (auto it = seen_.find(key); it != seen_.end()) {
       // The same tensor again, e.g. out= aliasing self (in-place ops reach the router as

@@ -4,6 +4,7 @@
 
 #include <fl_abi.h>
 
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 #include <c10/core/Stream.h>
@@ -20,6 +21,11 @@ fl::Runtime& runtime();
 
 // Number of fl devices; 0 (never an exception) when the runtime cannot be built.
 int device_count_noexcept() noexcept;
+
+// A defined tensor on an fl device.
+inline bool is_fl_tensor(const at::Tensor& t) {
+  return t.defined() && t.device().type() == c10::DeviceType::PrivateUse1;
+}
 
 // This thread's current fl device index (default 0).
 c10::DeviceIndex current_device();

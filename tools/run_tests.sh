@@ -16,4 +16,11 @@ if command -v clang++ >/dev/null; then
 else
   echo "== fuzzing skipped: clang++ not installed (tools/setup.sh installs it when it can)"
 fi
+if [[ "${FL_TEST_SANITIZERS:-0}" != 0 ]]; then
+  # Opt-in (about 16 min of extra build on 2 cores): core, the CPU plugin, the zoo and the
+  # Catch2 suites under ASan+UBSan (and TSan with FL_TEST_SANITIZERS=all).
+  echo "== sanitizers (${FL_TEST_SANITIZERS})"
+  which=asan; [[ "${FL_TEST_SANITIZERS}" == all ]] && which=all
+  JOBS="$(nproc)" bash tests/sanitizers/run_sanitizers.sh "$which" "$ROOT/build-sanitize" || status=1
+fi
 exit $status

@@ -3,6 +3,7 @@
 #include "copy_engine.h"
 #include "fl_context.h"
 #include "generator.h"
+#include "ivalue_map.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -56,20 +57,8 @@ class HostArguments {
   }
 
   c10::IValue convert(const c10::IValue& v, bool written, bool is_out) {
-    if (v.isTensor()) return to_host(v.toTensor(), written, is_out);
-    if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(to_host(t, written, is_out));
-      return out;
-    }
-    if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (const c10::IValue& e : v.toListRef())
-        out.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(to_host(e.toTensor(), written, is_out)));
-      return out;
-    }
-    if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(at::kCPU);
-    return v;
+    return map_tensors(v, [&](const at::Tensor& t) { return to_host(t, written, is_out); },
+                       c10::Device(at::kCPU));
   }
 
   // The fl tensor that `host` stands for, if any.

@@ -1,5 +1,7 @@
 #include "output_meta.h"
 
+#include "ivalue_map.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
@@ -87,23 +89,6 @@ at::Tensor to_meta(const at::Tensor& t) {
   return at::empty_strided(t.sizes(), t.strides(), t.options().device(at::kMeta));
 }
 
-c10::IValue to_meta(const c10::IValue& v) {
-  if (v.isTensor()) return to_meta(v.toTensor());
-  if (v.isTensorList()) {
-    c10::List<at::Tensor> out;
-    for (const at::Tensor& t : v.toTensorList()) out.push_back(to_meta(t));
-    return out;
-  }
-  if (v.isList() && v.toList().elementType()->kind() == c10::TypeKind::OptionalType) {
-    c10::List<std::optional<at::Tensor>> out;
-    for (const c10::IValue& e : v.toListRef())
-      out.push_back(e.isNone() ? std::optional<at::Tensor>() : std::optional<at::Tensor>(to_meta(e.toTensor())));
-    return out;
-  }
-  if (v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1) return c10::Device(c10::kMeta);
-  return v;
-}
-
 TensorMeta describe(const at::Tensor& t) {
   TensorMeta m;
   if (!t.defined()) return m;
@@ -185,7 +170,8 @@ OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRe
     if (info.meta_unavailable.load(std::memory_order_relaxed)) return nullptr;
     torch::jit::Stack stack;
     stack.reserve(args.size());
-    for (const auto& v : args) stack.push_back(to_meta(v));
+    for (const auto& v : args)
+      stack.push_back(map_tensors(v, [](const at::Tensor& t) { return to_meta(t); }, c10::Device(c10::kMeta)));
     try {
       c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &stack);

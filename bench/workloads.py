@@ -52,8 +52,20 @@ def small_ops(device: str) -> dict:
     return out
 
 
-def cnn_training(device: str, batch_size: int = 64, steps: int = 60) -> dict:
-    """Samples/s of the digits CNN (examples/train_cnn.py) training with Adam."""
+def _timed_steps(step, device: str, warmup: int, steps: int) -> float:
+    """Seconds for `steps` calls of `step` after `warmup` untimed ones, device work included."""
+    for _ in range(warmup):
+        step()
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def cnn_step(device: str, batch_size: int = 64):
+    """One training step of the digits CNN (examples/train_cnn.py) with Adam, as a closure."""
     from train_cnn import DigitsCNN
 
     torch.manual_seed(0)
@@ -68,14 +80,13 @@ def cnn_training(device: str, batch_size: int = 64, steps: int = 60) -> dict:
         loss.backward()
         opt.step()
 
-    for _ in range(5):
-        step()
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync(device)
-    return {f"digits CNN train b={batch_size} (samples/s)": batch_size * steps / (time.perf_counter() - start)}
+    return step
+
+
+def cnn_training(device: str, batch_size: int = 64, steps: int = 60) -> dict:
+    """Samples/s of the digits CNN training with Adam."""
+    seconds = _timed_steps(cnn_step(device, batch_size), device, 5, steps)
+    return {f"digits CNN train b={batch_size} (samples/s)": batch_size * steps / seconds}
 
 
 class _Block(nn.Module):
@@ -120,7 +131,8 @@ class ResNet50(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
-def resnet50_training(device: str, batch_size: int = 256, steps: int = 10) -> dict:
+def resnet50_step(device: str, batch_size: int = 256):
+    """One channels_last, bf16-autocast SGD step of ResNet-50 on random images, as a closure."""
     torch.manual_seed(0)
     model = ResNet50().to(device).to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
@@ -135,14 +147,12 @@ def resnet50_training(device: str, batch_size: int = 256, steps: int = 10) -> di
         loss.backward()
         opt.step()
 
-    for _ in range(3):
-        step()
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync(device)
-    return {f"ResNet-50 train b={batch_size} bf16 (samples/s)": batch_size * steps / (time.perf_counter() - start)}
+    return step
+
+
+def resnet50_training(device: str, batch_size: int = 256, steps: int = 10) -> dict:
+    seconds = _timed_steps(resnet50_step(device, batch_size), device, 3, steps)
+    return {f"ResNet-50 train b={batch_size} bf16 (samples/s)": batch_size * steps / seconds}
 
 
 class _GPTBlock(nn.Module):
@@ -183,7 +193,8 @@ class GPT2Small(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
-def gpt2_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -> dict:
+def gpt2_step(device: str, batch: int = 8, seq: int = 512):
+    """One bf16-autocast AdamW step of a GPT-2-small-shaped model, as a closure."""
     torch.manual_seed(0)
     model = GPT2Small().to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
@@ -197,14 +208,12 @@ def gpt2_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -
         loss.backward()
         opt.step()
 
-    for _ in range(2):
-        step()
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    sync(device)
-    return {f"GPT-2 small train {batch}x{seq} bf16 (tokens/s)": batch * seq * steps / (time.perf_counter() - start)}
+    return step
+
+
+def gpt2_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -> dict:
+    seconds = _timed_steps(gpt2_step(device, batch, seq), device, 2, steps)
+    return {f"GPT-2 small train {batch}x{seq} bf16 (tokens/s)": batch * seq * steps / seconds}
 
 
 def gemm_and_bandwidth(device: str, n: int = 8192, add_bytes: int = 1 << 30) -> dict:
@@ -220,6 +229,9 @@ def gemm_and_bandwidth(device: str, n: int = 8192, add_bytes: int = 1 << 30) -> 
         f"fp32 add {add_bytes >> 20} MiB (GB/s)": 3 * add_bytes / t_add / 1e9,
     }
 
+
+# The training steps by workload name, for bench/profile_step.py.
+TRAINING_STEPS = {"cnn": cnn_step, "resnet50": resnet50_step, "gpt2": gpt2_step}
 
 WORKLOADS = {
     "small_ops": small_ops,

@@ -29,7 +29,8 @@ struct OpInfo {
   size_t num_returns = 0;
   std::atomic<bool> meta_unavailable{false};   // the Meta kernel failed once: skip native
   std::array<std::atomic<uint64_t>, kTierCount> calls{};
-  std::atomic<uint64_t> nanoseconds{0};         // with the profiler on
+  std::atomic<uint64_t> nanoseconds{0};         // with the profiler on: host time
+  std::atomic<uint64_t> device_nanoseconds{0};  // with device timing on (device_timer.h)
   std::atomic<bool> warned{false};
   bool explicitly_registered = false;           // registered on PrivateUse1 by name (not the fallback)
   // Per plugin (by index in the runtime's plugin list): resolved table entry, or nullptr.

@@ -2,6 +2,7 @@
 
 #include "copy_engine.h"
 #include "cpu_fallback.h"
+#include "device_timer.h"
 #include "fl_context.h"
 #include "generic_kernels.h"
 #include "kernel_call.h"
@@ -50,12 +51,23 @@ std::optional<c10::ScalarType> first_dtype(c10::ArrayRef<c10::IValue> args) {
   return std::nullopt;
 }
 
+// The dtypes of the tensor arguments, for messages; a Tensor[] argument shows as "[dtype]" by
+// its first defined element (the foreach ops take lists of one dtype).
 std::string dtypes_of(c10::ArrayRef<c10::IValue> args) {
   std::string out;
+  auto append = [&out](const std::string& s) {
+    if (!out.empty()) out += ", ";
+    out += s;
+  };
   for (const auto& v : args) {
     if (v.isTensor() && v.toTensor().defined()) {
-      if (!out.empty()) out += ", ";
-      out += c10::toString(v.toTensor().scalar_type());
+      append(c10::toString(v.toTensor().scalar_type()));
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        if (!t.defined()) continue;
+        append(std::string("[") + c10::toString(t.scalar_type()) + "]");
+        break;
+      }
     }
   }
   return out.empty() ? "no tensors" : out;
@@ -254,6 +266,7 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   auto args = torch::jit::last(*stack, info.num_arguments);
   const c10::DeviceIndex device = find_fl_device(args);
   const auto& cfg = runtime().config().fallback;
+  const DeviceTimedScope timed(info, device);
 
   if (device >= 0 && try_native(op, info, stack, device)) {
     info.calls[static_cast<int>(Tier::Native)].fetch_add(1, std::memory_order_relaxed);

@@ -110,6 +110,24 @@ TensorMeta contiguous_meta(std::vector<int64_t> sizes, c10::ScalarType dtype) {
   return m;
 }
 
+// The layout ATen's cuDNN convolution gives its outputs (cudnn_conv_suggest_memory_format):
+// channels_last when a 4-D input or weight suggests it, else contiguous.
+bool conv_channels_last(const at::Tensor& input, const at::Tensor& weight) {
+  return input.dim() == 4 && (input.suggest_memory_format() == at::MemoryFormat::ChannelsLast ||
+                              weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast);
+}
+
+// A 4-D meta in channels_last strides, `sizes` in NCHW order.
+TensorMeta channels_last_meta(std::vector<int64_t> sizes, c10::ScalarType dtype) {
+  TensorMeta m;
+  m.defined = true;
+  m.dtype = dtype;
+  const int64_t c = std::max<int64_t>(sizes[1], 1), h = std::max<int64_t>(sizes[2], 1), w = std::max<int64_t>(sizes[3], 1);
+  m.strides = {h * w * c, 1, w * c, c};
+  m.sizes = std::move(sizes);
+  return m;
+}
+
 std::vector<int64_t> expand_param(const c10::IValue& v, size_t n, int64_t dflt) {
   std::vector<int64_t> p = v.isIntList() ? v.toIntVector() : std::vector<int64_t>{};
   if (p.empty()) p.assign(n, dflt);
@@ -133,6 +151,7 @@ std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::
       out.push_back(transposed ? (in - 1) * stride[d] - 2 * padding[d] + dilation[d] * (k - 1) + output_padding[d] + 1
                                : (in + 2 * padding[d] - dilation[d] * (k - 1) - 1) / stride[d] + 1);
     }
+    if (conv_channels_last(input, weight)) return std::vector<TensorMeta>{channels_last_meta(out, input.scalar_type())};
     return std::vector<TensorMeta>{contiguous_meta(out, input.scalar_type())};
   }
   if (name == "aten::convolution_backward_overrideable") {
@@ -142,8 +161,9 @@ std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::
     const int64_t groups = a[8].toInt();
     auto mask = a[9].toBoolList();
     std::vector<TensorMeta> outs(3);
-    if (mask[0]) outs[0] = contiguous_meta(input.sizes().vec(), input.scalar_type());
-    if (mask[1]) outs[1] = contiguous_meta(weight.sizes().vec(), weight.scalar_type());
+    auto layout = conv_channels_last(input, weight) ? channels_last_meta : contiguous_meta;
+    if (mask[0]) outs[0] = layout(input.sizes().vec(), input.scalar_type());
+    if (mask[1]) outs[1] = layout(weight.sizes().vec(), weight.scalar_type());
     if (mask[2]) outs[2] = contiguous_meta({transposed ? weight.size(1) * groups : weight.size(0)}, weight.scalar_type());
     return outs;
   }

@@ -1,5 +1,6 @@
 // python_module.cpp — torch_fl._C: what the Python package needs from the runtime.
 #include "device_allocator.h"
+#include "device_timer.h"
 #include "fl_context.h"
 #include "generator.h"
 #include "generic_kernels.h"
@@ -119,6 +120,7 @@ py::dict fallback_stats() {
     e["generic"] = generic;
     e["cpu_fallback"] = cpu;
     e["seconds"] = static_cast<double>(info->nanoseconds.load()) * 1e-9;
+    e["device_seconds"] = static_cast<double>(info->device_nanoseconds.load()) * 1e-9;
     out[py::str(info->name)] = e;
   }
   return out;
@@ -129,6 +131,7 @@ void reset_fallback_stats() {
     auto* m = const_cast<OpInfo*>(info);
     for (auto& c : m->calls) c = 0;
     m->nanoseconds = 0;
+    m->device_nanoseconds = 0;
   }
 }
 
@@ -183,6 +186,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("reset_fallback_stats", &reset_fallback_stats);
   m.def("set_profiling", &set_profiling);
   m.def("profiling", &profiling);
+  m.def("set_device_timing", &set_device_timing);
+  m.def("device_timing", &device_timing);
+  m.def("flush_device_times", &flush_device_times, py::call_guard<py::gil_scoped_release>());
   m.def("output_meta_cache_size", &output_meta_cache_size);
   m.def("config", &config_dict);
   m.def("default_generator", [](int d) {

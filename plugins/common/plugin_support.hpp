@@ -116,6 +116,42 @@ inline bool is_contiguous(const fl_tensor& t) {
   return true;
 }
 
+// Dense and non-overlapping: its elements fill exactly numel() consecutive slots from data, in
+// some order of dimensions (row-major, channels_last, a transpose). An elementwise kernel may
+// walk such tensors in memory order when every operand has the same shape and strides.
+inline bool is_dense(const fl_tensor& t) {
+  if (t.ndim > 16) return false;
+  int32_t order[16];
+  int32_t n = 0;
+  for (int32_t d = 0; d < t.ndim; ++d) {
+    if (t.shape[d] == 0) return true;
+    if (t.shape[d] != 1) order[n++] = d;
+  }
+  // Insertion sort of the non-trivial dimensions by stride, smallest first.
+  for (int32_t i = 1; i < n; ++i)
+    for (int32_t j = i; j > 0 && t.strides[order[j]] < t.strides[order[j - 1]]; --j) {
+      const int32_t tmp = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = tmp;
+    }
+  int64_t expected = 1;
+  for (int32_t i = 0; i < n; ++i) {
+    if (t.strides[order[i]] != expected) return false;
+    expected *= t.shape[order[i]];
+  }
+  return true;
+}
+
+// Same shape and, over the dimensions of more than one element, the same strides.
+inline bool same_layout(const fl_tensor& a, const fl_tensor& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int32_t d = 0; d < a.ndim; ++d) {
+    if (a.shape[d] != b.shape[d]) return false;
+    if (a.shape[d] != 1 && a.strides[d] != b.strides[d]) return false;
+  }
+  return true;
+}
+
 // An output slot the core marked "not requested" (e.g. a masked-off gradient).
 inline bool is_undefined(const fl_tensor& t) { return t.ndim < 0; }
 

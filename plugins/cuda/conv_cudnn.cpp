@@ -1,10 +1,15 @@
 // conv_cudnn.cpp — convolution_overrideable and convolution_backward_overrideable for 2-D
-// convolutions (4-D NCHW tensors, groups, stride, padding, dilation) through cuDNN's
-// convolution API. Transposed convolutions and 1-D/3-D ones answer FL_ERR_NOT_SUPPORTED.
+// convolutions (4-D tensors, groups, stride, padding, dilation) through cuDNN's convolution
+// API. Transposed convolutions and 1-D/3-D ones answer FL_ERR_NOT_SUPPORTED.
+// Layouts: a call runs in NHWC when its input or weight is channels_last (ATen's
+// cudnn_conv_suggest_memory_format rule), else in NCHW; operands in another layout are packed
+// into scratch memory first, outputs in another layout are computed in scratch and copied into
+// place, so the entries take any strides.
 // Algorithms come from cuDNN's heuristics (cudnnGet*_v7, no benchmarking runs), the first
-// one that runs is cached per shape; a call with FL_CALL_DETERMINISTIC only takes
-// deterministic algorithms, FL_CALL_PRECISE disables TF32. Workspaces are stream-ordered
-// allocations. Bias add and bias gradient use the plugin's own elementwise/reduction kernels.
+// one that runs is cached per shape and layout with its workspace size; a call with
+// FL_CALL_DETERMINISTIC only takes deterministic algorithms, FL_CALL_PRECISE disables TF32.
+// Workspaces are stream-ordered allocations. Bias add and bias gradient use the plugin's own
+// elementwise/reduction kernels.
 #include "conv_cudnn.hpp"
 #include "copy_kernels.hpp"
 #include "device_state.hpp"
@@ -51,6 +56,69 @@ using ConvKey = std::tuple<int, int, std::array<int64_t, 4>, std::array<int64_t,
 struct AlgoChoice {
   int algo = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+};
+
+// ---- memory layouts ----------------------------------------------------------------------------
+
+enum class Layout { Nchw = 0, Nhwc = 1 };
+
+std::array<int64_t, 4> packed_strides(const int64_t* shape, Layout layout) {
+  const int64_t c = shape[1], h = shape[2], w = shape[3];
+  if (layout == Layout::Nchw) return {c * h * w, h * w, w, 1};
+  return {h * w * c, 1, w * c, c};
+}
+
+// Packed in `layout` (strides of size-1 dims do not matter).
+bool is_packed(const fl_tensor& t, Layout layout) {
+  const auto st = packed_strides(t.shape, layout);
+  for (int d = 0; d < 4; ++d)
+    if (t.shape[d] != 1 && t.strides[d] != st[d]) return false;
+  return true;
+}
+
+Layout call_layout(const fl_tensor& x, const fl_tensor& w) {
+  auto channels_last = [](const fl_tensor& t) { return !is_packed(t, Layout::Nchw) && is_packed(t, Layout::Nhwc); };
+  return channels_last(x) || channels_last(w) ? Layout::Nhwc : Layout::Nchw;
+}
+
+// One 4-D operand as cuDNN is given it: the tensor itself when packed in the call's layout
+// (described with canonical strides), else packed scratch memory — filled from the tensor for
+// an input, copied back into the tensor by finish() for an output.
+class PackedOperand {
+ public:
+  PackedOperand(const fl_tensor& t, Layout layout, bool is_output, const LaunchContext& ctx)
+      : original_(t), ctx_(ctx), is_output_(is_output) {
+    view_ = t;
+    for (int d = 0; d < 4; ++d) shape_[d] = t.shape[d];
+    strides_ = packed_strides(t.shape, layout);
+    view_.shape = shape_;
+    view_.strides = strides_.data();
+    if (is_packed(t, layout)) return;
+    scratch_ = std::make_unique<ScratchBuffer>(
+        static_cast<size_t>(plugin::numel(t)) * plugin::dtype_size(t.dtype), ctx.stream);
+    view_.data = scratch_->get();
+    view_.byte_offset = 0;
+    if (!is_output_) launch_broadcast_copy(t, view_, ctx);
+  }
+  PackedOperand(const PackedOperand&) = delete;
+  PackedOperand& operator=(const PackedOperand&) = delete;
+
+  const fl_tensor& get() const { return view_; }
+  template <class T = void>
+  T* data() const { return plugin::data_ptr<T>(view_); }
+  // For an output computed in scratch: copies it into the real tensor (enqueued on the stream).
+  void finish() const {
+    if (is_output_ && scratch_) launch_broadcast_copy(view_, original_, ctx_);
+  }
+
+ private:
+  fl_tensor original_;
+  LaunchContext ctx_;
+  bool is_output_;
+  fl_tensor view_{};
+  int64_t shape_[4] = {};
+  std::array<int64_t, 4> strides_{};
+  std::unique_ptr<ScratchBuffer> scratch_;
 };
 
 struct ConvDevice {
@@ -106,8 +174,9 @@ void set_tensor(TensorDesc& desc, const fl_tensor& t) {
   check_dnn(cudnnSetTensorNdDescriptor(desc.d, dnn_type(t.dtype), 4, dims, strides), "cudnnSetTensorNdDescriptor");
 }
 
-void set_filter(FilterDesc& desc, const fl_tensor& w) {
-  check_dnn(cudnnSetFilter4dDescriptor(desc.d, dnn_type(w.dtype), CUDNN_TENSOR_NCHW, static_cast<int>(w.shape[0]),
+void set_filter(FilterDesc& desc, const fl_tensor& w, Layout layout) {
+  const cudnnTensorFormat_t format = layout == Layout::Nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  check_dnn(cudnnSetFilter4dDescriptor(desc.d, dnn_type(w.dtype), format, static_cast<int>(w.shape[0]),
                                        static_cast<int>(w.shape[1]), static_cast<int>(w.shape[2]),
                                        static_cast<int>(w.shape[3])),
             "cudnnSetFilter4dDescriptor");
@@ -165,12 +234,14 @@ void check_4d(const fl_tensor& t, const char* what, const char* name) {
       plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": dimension beyond int32");
 }
 
-ConvKey make_key(Pass pass, const fl_tensor& x, const fl_tensor& w, const ConvParams& p, uint32_t flags) {
+ConvKey make_key(Pass pass, const fl_tensor& x, const fl_tensor& w, const ConvParams& p, uint32_t flags,
+                 Layout layout) {
   return ConvKey{static_cast<int>(pass), static_cast<int>(x.dtype),
                  {x.shape[0], x.shape[1], x.shape[2], x.shape[3]},
                  {w.shape[0], w.shape[1], w.shape[2], w.shape[3]},
                  {p.stride[0], p.stride[1], p.pad[0], p.pad[1], p.dilation[0], p.dilation[1]},
-                 p.groups, static_cast<int>(flags & (FL_CALL_PRECISE | FL_CALL_DETERMINISTIC))};
+                 p.groups,
+                 static_cast<int>(flags & (FL_CALL_PRECISE | FL_CALL_DETERMINISTIC)) | (static_cast<int>(layout) << 16)};
 }
 
 // Candidate algorithms for one pass, best first, filtered by status, determinism and (for a
@@ -284,6 +355,7 @@ FL_CUDA_KERNEL(k_convolution) {
     // A sum over an empty set (no input channels, or an empty kernel window): y = 0 (+ bias).
     // cuDNN rejects descriptors with a zero dimension.
     if (plugin::numel(x) == 0 || plugin::numel(w) == 0) {
+      if (!plugin::is_dense(y)) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": empty sum into a non-dense output");
       check_gpu(gpuMemsetAsync(plugin::data_ptr<void>(y), 0,
                                static_cast<size_t>(plugin::numel(y)) * plugin::dtype_size(y.dtype), ctx.stream),
                 "cudaMemsetAsync");
@@ -291,12 +363,14 @@ FL_CUDA_KERNEL(k_convolution) {
       return;
     }
 
+    const Layout layout = call_layout(x, w);
+    const PackedOperand px(x, layout, false, ctx), pw(w, layout, false, ctx), py(y, layout, true, ctx);
     TensorDesc xd, yd;
     FilterDesc wd;
     ConvDesc cd;
-    set_tensor(xd, x);
-    set_tensor(yd, y);
-    set_filter(wd, w);
+    set_tensor(xd, px.get());
+    set_tensor(yd, py.get());
+    set_filter(wd, pw.get(), layout);
     set_conv(cd, p, x.dtype, precise);
     const Scalars sc;
     ConvDevice& dev = conv_device(ctx.device);
@@ -316,12 +390,14 @@ FL_CUDA_KERNEL(k_convolution) {
         cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(h, xd.d, wd.d, cd.d, yd.d, alg, &ws_bytes);
         if (st != CUDNN_STATUS_SUCCESS) return st;
         ScratchBuffer ws(ws_bytes, ctx.stream);
-        return cudnnConvolutionForward(h, sc.one(x.dtype), xd.d, plugin::data_ptr<const void>(x), wd.d,
-                                       plugin::data_ptr<const void>(w), cd.d, alg, ws.get(), ws_bytes,
-                                       sc.zero(x.dtype), yd.d, plugin::data_ptr<void>(y));
+        return cudnnConvolutionForward(h, sc.one(x.dtype), xd.d, px.data<const void>(), wd.d,
+                                       pw.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
+                                       sc.zero(x.dtype), yd.d, py.data());
       };
-      run_with_algo(dev, cd.d, make_key(Pass::Forward, x, w, p, call->flags), list, run, "cudnnConvolutionForward");
+      run_with_algo(dev, cd.d, make_key(Pass::Forward, x, w, p, call->flags, layout), list, run,
+                    "cudnnConvolutionForward");
     }
+    py.finish();
     if (bias != nullptr) add_bias(y, *bias, ctx);
   });
 }
@@ -369,27 +445,31 @@ FL_CUDA_KERNEL(k_convolution_backward) {
       for (int i = 0; i < 2; ++i) {
         const bool want = i == 0 ? want_dx : want_dw;
         const int64_t n = want ? plugin::numel(a.output(i)) : 0;
+        if (n > 0 && !plugin::is_dense(a.output(i)))
+          plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": empty sum into a non-dense output");
         if (n > 0)
           check_gpu(gpuMemsetAsync(plugin::data_ptr<void>(a.output(i)), 0,
                                    static_cast<size_t>(n) * plugin::dtype_size(x.dtype), ctx.stream),
                     "cudaMemsetAsync");
       }
     } else {
+      const Layout layout = call_layout(x, w);
+      const PackedOperand px(x, layout, false, ctx), pw(w, layout, false, ctx), pdy(dy, layout, false, ctx);
       TensorDesc xd, dyd;
       FilterDesc wd;
       ConvDesc cd;
-      set_tensor(xd, x);
-      set_tensor(dyd, dy);
-      set_filter(wd, w);
+      set_tensor(xd, px.get());
+      set_tensor(dyd, pdy.get());
+      set_filter(wd, pw.get(), layout);
       set_conv(cd, p, x.dtype, precise);
       const Scalars sc;
       ConvDevice& dev = conv_device(ctx.device);
       std::lock_guard<std::mutex> lock(dev.mutex);
       cudnnHandle_t h = handle_for(dev, ctx.stream);
       if (want_dx) {
-        const fl_tensor& dx = a.output(0);
+        const PackedOperand pdx(a.output(0), layout, true, ctx);
         TensorDesc dxd;
-        set_tensor(dxd, dx);
+        set_tensor(dxd, pdx.get());
         auto list = [&] {
           return candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
               [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
@@ -403,17 +483,18 @@ FL_CUDA_KERNEL(k_convolution_backward) {
           cudnnStatus_t st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd.d, dyd.d, cd.d, dxd.d, alg, &ws_bytes);
           if (st != CUDNN_STATUS_SUCCESS) return st;
           ScratchBuffer ws(ws_bytes, ctx.stream);
-          return cudnnConvolutionBackwardData(h, sc.one(x.dtype), wd.d, plugin::data_ptr<const void>(w), dyd.d,
-                                              plugin::data_ptr<const void>(dy), cd.d, alg, ws.get(), ws_bytes,
-                                              sc.zero(x.dtype), dxd.d, plugin::data_ptr<void>(dx));
+          return cudnnConvolutionBackwardData(h, sc.one(x.dtype), wd.d, pw.data<const void>(), dyd.d,
+                                              pdy.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
+                                              sc.zero(x.dtype), dxd.d, pdx.data());
         };
-        run_with_algo(dev, cd.d, make_key(Pass::BackwardData, x, w, p, call->flags), list, run,
+        run_with_algo(dev, cd.d, make_key(Pass::BackwardData, x, w, p, call->flags, layout), list, run,
                       "cudnnConvolutionBackwardData");
+        pdx.finish();
       }
       if (want_dw) {
-        const fl_tensor& dw = a.output(1);
+        const PackedOperand pdw(a.output(1), layout, true, ctx);
         FilterDesc dwd;
-        set_filter(dwd, dw);
+        set_filter(dwd, pdw.get(), layout);
         auto list = [&] {
           return candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
               [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
@@ -428,12 +509,13 @@ FL_CUDA_KERNEL(k_convolution_backward) {
               cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd.d, dyd.d, cd.d, dwd.d, alg, &ws_bytes);
           if (st != CUDNN_STATUS_SUCCESS) return st;
           ScratchBuffer ws(ws_bytes, ctx.stream);
-          return cudnnConvolutionBackwardFilter(h, sc.one(x.dtype), xd.d, plugin::data_ptr<const void>(x), dyd.d,
-                                                plugin::data_ptr<const void>(dy), cd.d, alg, ws.get(), ws_bytes,
-                                                sc.zero(x.dtype), dwd.d, plugin::data_ptr<void>(dw));
+          return cudnnConvolutionBackwardFilter(h, sc.one(x.dtype), xd.d, px.data<const void>(), dyd.d,
+                                                pdy.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
+                                                sc.zero(x.dtype), dwd.d, pdw.data());
         };
-        run_with_algo(dev, cd.d, make_key(Pass::BackwardFilter, x, w, p, call->flags), list, run,
+        run_with_algo(dev, cd.d, make_key(Pass::BackwardFilter, x, w, p, call->flags, layout), list, run,
                       "cudnnConvolutionBackwardFilter");
+        pdw.finish();
       }
     }
     if (want_db) launch_sum(dy, {0, 2, 3}, a.output(2), ctx);

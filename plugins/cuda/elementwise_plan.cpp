@@ -3,6 +3,7 @@
 
 #include <plugin_support.hpp>
 
+#include <algorithm>
 #include <string>
 
 namespace fl::cuda {
@@ -77,6 +78,10 @@ ElementwiseOperands plan_elementwise(const fl_tensor& out, const std::vector<Ele
   std::vector<int> kept;
   for (int d = 0; d < nd; ++d)
     if (sizes[d] != 1) kept.push_back(d);
+  // Walk the dims in the output's memory order (largest stride first), as ATen's
+  // TensorIterator does: a channels_last or transposed output whose inputs share its layout
+  // then coalesces to one dense dim. Ties keep their order.
+  std::stable_sort(kept.begin(), kept.end(), [&](int a, int b) { return strides[0][a] > strides[0][b]; });
   std::vector<int64_t> csizes;
   std::vector<std::vector<int64_t>> cstrides(static_cast<size_t>(nin + 1));
   for (int d : kept) {

@@ -216,8 +216,11 @@ Lists<D> check_lists(const std::vector<TensorList>& in, const fl_kernel_call* ca
       const fl_tensor& x = l.t[k][i];
       if (x.ndim < 0) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": undefined tensor in a list");
       if (x.device == FL_DEVICE_HOST) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": host tensor in a list");
-      if (!plugin::is_contiguous(x)) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": non-dense tensor");
+      // Walked in memory order: dense tensors (channels_last ones too) laid out as the first.
+      if (!plugin::is_dense(x)) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": non-dense tensor");
       if (k == D - 1 && outputs_any_shape) continue;
+      if (k > 0 && !plugin::same_layout(x, ref))
+        plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": tensors of one index laid out differently");
       if (x.dtype != l.dtype) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": mixed dtypes");
       if (plugin::numel(x) != plugin::numel(ref))
         plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": tensors of different sizes at index " +

@@ -26,6 +26,7 @@ constexpr uint32_t kEw = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | 
                          FL_KERNEL_DETERMINISTIC;
 constexpr uint32_t kEwExact = kEw | FL_KERNEL_PRECISE;
 constexpr uint32_t kDet = FL_KERNEL_DETERMINISTIC;
+constexpr uint32_t kStridedIO = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS;
 constexpr uint32_t kStrided = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | FL_KERNEL_DETERMINISTIC;
 constexpr uint32_t kForeach = FL_KERNEL_ALIASING_OK | FL_KERNEL_DETERMINISTIC;
 constexpr uint64_t kHalfFloat = bit(FL_DTYPE_FLOAT32) | bit(FL_DTYPE_BFLOAT16) | bit(FL_DTYPE_FLOAT16);
@@ -184,10 +185,11 @@ const fl_kernel_entry kTable[] = {
     entry("aten::bmm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_bmm_out),
     entry("aten::baddbmm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_baddbmm_out),
     // convolution (cuDNN)
-    entry("aten::convolution_overrideable", kFloat, 0u, k_convolution),
-    entry("aten::convolution_overrideable.out", kFloat, 0u, k_convolution),
-    entry("aten::convolution_backward_overrideable", kFloat, 0u, k_convolution_backward),
-    entry("aten::convolution_backward_overrideable.out", kFloat, 0u, k_convolution_backward),
+    // (any strides: channels_last runs in NHWC, other layouts are packed around the call)
+    entry("aten::convolution_overrideable", kFloat, kStridedIO, k_convolution),
+    entry("aten::convolution_overrideable.out", kFloat, kStridedIO, k_convolution),
+    entry("aten::convolution_backward_overrideable", kFloat, kStridedIO, k_convolution_backward),
+    entry("aten::convolution_backward_overrideable.out", kFloat, kStridedIO, k_convolution_backward),
 };
 
 }  // namespace

@@ -146,11 +146,49 @@ def test_hetero_equals_single_device_big_batch(dtype, atol, split):
             torch.testing.assert_close(g, e, rtol=0, atol=atol)
         # debug=True asserted before every step that the computing replicas held the
         # master's bits; replicas are updated lazily, broadcast() brings them all up to date
-        assert hdp._stale == {1}
+        master = hdp.devices.index(hdp.reduce_device)
+        assert hdp.replicas[master] is hdp.module
+        assert all(p.device == hdp.reduce_device for p in hdp.module.parameters())
+        assert hdp._stale == {1 - master}
         hdp.broadcast()
         for p0, p1 in zip(hdp.replicas[0].parameters(), hdp.replicas[1].parameters()):
             assert p0.device == torch.device("fl:0") and p1.device == torch.device("fl:1")
             assert torch.equal(p0.detach().cpu(), p1.detach().cpu())
+    finally:
+        hdp.close()
+
+
+def test_calibration_makes_the_fastest_device_the_reduction_device(monkeypatch):
+    xs, ys = _data(torch.float64, steps=4, batch=32)
+    expected = _single_device_run(torch.float64, xs, ys)
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, debug=True)
+    run_shard = hdp._run_shard
+
+    def fl0_is_slow(index, *args, **kwargs):  # fl:0 measures 20 ms slower than fl:1
+        loss, seconds = run_shard(index, *args, **kwargs)
+        if index == 0 and seconds is not None:
+            time.sleep(0.02)
+            seconds += 0.02
+        return loss, seconds
+
+    monkeypatch.setattr(hdp, "_run_shard", fl0_is_slow)
+    try:
+        assert hdp.reduce_device == torch.device("fl:0")  # until calibrated
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert hdp.reduce_device == torch.device("fl:1")
+        assert hdp.replicas[1] is hdp.module and hdp.replicas[0] is not hdp.module
+        assert all(p.device == torch.device("fl:0") for p in hdp.replicas[0].parameters())
+        assert all(p.device == torch.device("fl:1") for p in hdp.module.parameters())
+        # The optimizer still steps the master's parameters (the same Parameter objects),
+        # with its momentum buffers beside them.
+        opt_params = [p for g in hdp.optimizer.param_groups for p in g["params"]]
+        assert all(a is b for a, b in zip(opt_params, hdp.module.parameters()))
+        for st in hdp.optimizer.state.values():
+            assert st["momentum_buffer"].device == torch.device("fl:1")
+        for g, e in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+        assert hdp.state_dict()["reduce_device"] == "fl:1"
     finally:
         hdp.close()
 

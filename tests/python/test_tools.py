@@ -35,6 +35,33 @@ def test_profile_table_counts_ops_by_tier():
     assert not torch_fl._C.profiling()
 
 
+def test_profile_device_time_measures_each_op_on_the_device():
+    big = torch.randn(384, 384).to("fl")
+    small = torch.randn(4).to("fl")
+    (big @ big).relu()  # first calls (meta registrations) stay out of the block
+    torch.fl.synchronize()
+    with torch_fl.profile(warn_above=1.0, device_time=True) as prof:
+        for _ in range(3):
+            big @ big
+            small.relu()
+    mm = prof.ops[next(k for k in prof.ops if k.startswith("aten::mm"))]
+    relu = prof.ops[next(k for k in prof.ops if k.startswith("aten::relu"))]
+    assert mm["native"] == 3 and relu["native"] == 3
+    # Each pair of events brackets the op's kernel on its stream: a 384^3 GEMM takes longer
+    # on the device than a 4-element relu, and neither time is negative.
+    assert mm["device_seconds"] > relu["device_seconds"] >= 0
+    assert mm["device_seconds"] > 0
+    assert "device ms" in prof.table()
+    assert not torch_fl._C.device_timing()
+    # Off again: more ops add no device time.
+    before = torch_fl.fallback_stats()[next(k for k in prof.ops if k.startswith("aten::mm"))]["device_seconds"]
+    big @ big
+    torch.fl.synchronize()
+    torch_fl._C.flush_device_times()
+    after = torch_fl.fallback_stats()[next(k for k in prof.ops if k.startswith("aten::mm"))]["device_seconds"]
+    assert after == before
+
+
 def test_profile_warns_when_fallback_ratio_is_high():
     x = torch.randn(8).to("fl")
     with warnings.catch_warnings(record=True) as caught:

@@ -14,6 +14,7 @@
 #   dlopen_smoke  loads libfl_cuda.so with python ctypes, init, device list, kernel count
 #   example_cnn   examples/train_cnn.py on fl:0 (the CUDA plugin only), then on cuda:0 apart
 #   bench_compare bench/compare.py --native cuda:0 --fl fl:0
+#   profile       bench/profile_step.py per training model, cuda:0 then fl:0
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
 #
 # Environment: FL_GPU_VENV (default /opt/torch/.venv), OUT, FL_BUILD_DIR (default build-gpu),
@@ -83,6 +84,7 @@ step_env_info() {
   ls -d "$site"/nvidia/* 2>/dev/null
   ls "$site"/nvidia/cudnn/lib 2>/dev/null | head
   ls /usr/local/cuda/lib64 | grep -E "cublas|cudart" || true
+  echo "--- profilers"; command -v nsys ncu || ls /usr/local/cuda/bin | grep -iE "nsys|ncu|nvprof" || echo "no nsys/ncu"
   nproc; free -g | head -2
 }
 
@@ -149,6 +151,22 @@ step_hetero() {
   "$PY" -c "import torch_fl; [print(d['device'], d['plugin'], d['name']) for d in torch_fl.list_devices()]"
   timeout 240 "$PY" bench/hetero.py --devices fl:0 fl:1 --workloads ${FL_HETERO_WORKLOADS:-mlp cnn} \
     --steps 20 --repeats 2 --json "$OUT/hetero.json"
+}
+
+# Where a training step's time goes, each model on both sides (separate processes): wall time,
+# GPU kernel time and top kernels (CUPTI), and on fl the ops by host and device time with their
+# tier. FL_PROFILE_WORKLOADS picks the models, FL_PROFILE_SIDES="fl" skips the native side.
+step_profile() {
+  python_env
+  local w rc=0
+  for w in ${FL_PROFILE_WORKLOADS:-cnn gpt2 resnet50}; do
+    if [[ "${FL_PROFILE_SIDES:-cuda fl}" == *cuda* ]]; then
+      (unset FL_PLUGIN_PATH; TORCH_DEVICE_BACKEND_AUTOLOAD=0 "$PY" bench/profile_step.py --device cuda:0 \
+         --workload "$w" --json "$OUT/profile_${w}_cuda.json") || rc=1
+    fi
+    "$PY" bench/profile_step.py --device fl:0 --workload "$w" --top 40 --json "$OUT/profile_${w}_fl.json" || rc=1
+  done
+  return $rc
 }
 
 STEPS=(${FL_GPU_STEPS:-env_info configure build plugin_check dlopen_smoke check_ops example_cnn bench_compare hetero})

@@ -245,14 +245,27 @@ int64_t conv_out(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil
 CatalogEntry convolution(bool backward) {
   CatalogEntry e;
   e.tolerance_scale = 10;
-  e.build = [=](fl_dtype_t dtype, bool) {
+  e.build = [=](fl_dtype_t dtype, bool strided) {
     std::vector<KernelCase> cases;
     if (!is_floating(dtype)) return cases;
+    // Layouts of (input, weight, grad_output) a strided kernel must also take: channels_last
+    // throughout, channels_last input beside a contiguous weight, and a transposed input.
+    enum class Layout { Contiguous, ChannelsLast, MixedInput, TransposedInput };
+    std::vector<Layout> layouts = {Layout::Contiguous};
+    if (strided) layouts.insert(layouts.end(), {Layout::ChannelsLast, Layout::MixedInput, Layout::TransposedInput});
+    auto laid_out = [](HostTensor t, Layout layout, bool is_weight) {
+      if (layout == Layout::ChannelsLast || (layout == Layout::MixedInput && !is_weight)) return t.as_channels_last_storage();
+      if (layout == Layout::TransposedInput && !is_weight) return t.as_transposed_storage();
+      return t;
+    };
+    const char* layout_label[] = {"", ", channels_last", ", channels_last input only", ", transposed input"};
+    for (Layout layout : layouts)
     for (const ConvShape& s : kConvShapes) {
       for (bool all_grads : {true, false}) {
         if (!backward && !all_grads) continue;
+        if (layout != Layout::Contiguous && s.n == 0) continue;
         KernelCase c;
-        c.label = s.label + (backward && !all_grads ? " grad_input only" : "");
+        c.label = s.label + (backward && !all_grads ? " grad_input only" : "") + layout_label[static_cast<int>(layout)];
         Shape in_shape = {s.n, s.cin, s.h, s.w};
         Shape w_shape = {s.cout, s.cin / s.groups, s.k, s.k};
         Shape out_shape = {s.n, s.cout, conv_out(s.h, s.k, s.stride, s.pad, s.dilation),
@@ -261,13 +274,15 @@ CatalogEntry convolution(bool backward) {
                                  A::int_list({s.dilation, s.dilation}), A::boolean(false), A::int_list({0, 0}),
                                  A::integer(s.groups)};
         if (!backward) {
-          c.inputs = {A::of(rnd(dtype, in_shape, c.label + "x")), A::of(rnd(dtype, w_shape, c.label + "w")),
+          c.inputs = {A::of(laid_out(rnd(dtype, in_shape, c.label + "x"), layout, false)),
+                      A::of(laid_out(rnd(dtype, w_shape, c.label + "w"), layout, true)),
                       s.bias ? A::of(rnd(dtype, {s.cout}, c.label + "b")) : A::none()};
           c.inputs.insert(c.inputs.end(), params.begin(), params.end());
           c.outputs = {{dtype, out_shape}};
         } else {
-          c.inputs = {A::of(rnd(dtype, out_shape, c.label + "g")), A::of(rnd(dtype, in_shape, c.label + "x")),
-                      A::of(rnd(dtype, w_shape, c.label + "w"))};
+          c.inputs = {A::of(laid_out(rnd(dtype, out_shape, c.label + "g"), layout, false)),
+                      A::of(laid_out(rnd(dtype, in_shape, c.label + "x"), layout, false)),
+                      A::of(laid_out(rnd(dtype, w_shape, c.label + "w"), layout, true))};
           c.inputs.insert(c.inputs.end(), params.begin(), params.end());
           c.inputs.push_back(A::bool_list({1, all_grads ? 1 : 0, all_grads ? 1 : 0}));
           c.outputs = {{dtype, in_shape}, {dtype, w_shape, all_grads}, {dtype, {s.cout}, all_grads}};

@@ -182,6 +182,21 @@ HostTensor HostTensor::as_transposed_storage() const {
   return t;
 }
 
+HostTensor HostTensor::as_channels_last_storage() const {
+  if (shape.size() != 4) return *this;
+  HostTensor t = zeros(dtype, shape);
+  const int64_t c = shape[1], h = shape[2], w = shape[3];
+  t.strides = {h * w * c, 1, w * c, c};
+  if (numel() == 0) return t;
+  Shape index(4, 0);
+  do {
+    int64_t offset = 0;
+    for (size_t d = 0; d < 4; ++d) offset += index[d] * t.strides[d];
+    t.set_storage(offset, at(index));
+  } while (next_index(index, shape));
+  return t;
+}
+
 bool next_index(Shape& index, const Shape& shape) {
   for (size_t d = shape.size(); d-- > 0;) {
     if (++index[d] < shape[d]) return true;

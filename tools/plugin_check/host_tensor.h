@@ -48,6 +48,8 @@ struct HostTensor {
   // The transpose of the last two dims as a strided view over new storage that holds the
   // same logical values (so the result equals *this, read through non-contiguous strides).
   HostTensor as_transposed_storage() const;
+  // A 4-D tensor as a channels_last view (NHWC storage, NCHW shape) holding the same values.
+  HostTensor as_channels_last_storage() const;
 };
 
 // Advances a row-major multi-index; false after the last one.

@@ -373,7 +373,10 @@ class HeteroDataParallel:
         devices: the devices to train on (e.g. ["fl:0", "fl:1"]; any torch device type works).
         optimizer: a callable that builds the optimizer from the master's parameters, e.g.
             `lambda p: torch.optim.AdamW(p, lr=1e-3)`.
-        reduce_device: where gradients are summed and the optimizer runs (default: devices[0]).
+        reduce_device: where gradients are summed and the optimizer runs. Default: the device
+            that calibration measures fastest per sample (devices[0] until then, and with a
+            fixed `split`), so the fast device neither waits for transfers nor leaves the
+            optimizer step to a slow one.
         rebalance_every: recompute the split every K steps from measured times (0: never).
         ema: weight of the newest measurement in the per-device cost estimate.
         probe_every: every this many re-balances, re-measure for one step the split whose
@@ -393,6 +396,7 @@ class HeteroDataParallel:
             raise ValueError("HeteroDataParallel needs at least one device")
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
+        self._auto_reduce = reduce_device is None
         self.reduce_device = torch.device(reduce_device) if reduce_device is not None else self.devices[0]
         self.rebalance_every = int(rebalance_every)
         self.calibration_reps = max(int(calibration_reps), 1)
@@ -562,11 +566,13 @@ class HeteroDataParallel:
 
     def calibrate(self, inputs: Any, targets: Any, loss_fn: Callable) -> None:
         """Times forward/backward on each device alone at two shard sizes (the whole batch and a
-        quarter of it) plus the gradient round trip to the reduction device, and fits the
-        balancer. Parameters and buffers are restored afterwards; no optimizer step is taken."""
+        quarter of it), makes the fastest device the reduction device (unless one was given),
+        times the gradient round trip of every other device to it, and fits the balancer.
+        Parameters and buffers are restored afterwards; no optimizer step is taken."""
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
         batch = _batch_size(inputs)
         sizes = sorted({batch, max(batch // 4, 1)})
+        points_by_device = []
         for i, device in enumerate(self.devices):
             points = []
             for n in sizes:
@@ -575,12 +581,39 @@ class HeteroDataParallel:
                 self._run_shard(i, x, y, loss_fn)  # warm-up: caches, allocator, lazy init
                 for _ in range(self.calibration_reps):
                     points.append((n, self._run_shard(i, x, y, loss_fn)[1]))
-            self.balancer.calibrate(i, points, self._time_transfer(i))
+            points_by_device.append(points)
+        if self._auto_reduce:
+            def whole_batch_seconds(points):
+                times = sorted(t for n, t in points if n == batch)
+                return times[len(times) // 2]
+            self._move_master(min(range(len(self.devices)), key=lambda i: whole_batch_seconds(points_by_device[i])))
         with torch.no_grad():
             for t, s in zip(self._state_tensors(self.module), saved):
                 t.copy_(s)
+        for i, points in enumerate(points_by_device):
+            self.balancer.calibrate(i, points, self._time_transfer(i))
         self.broadcast()
         self._shards_for.clear()
+
+    def _move_master(self, index: int) -> None:
+        """Makes devices[index] the reduction device: the master module moves there (its
+        Parameter objects stay, so the optimizer keeps them; optimizer state on the old device
+        follows), and the replica that was there moves to the old master's device."""
+        new, old = self.devices[index], self.reduce_device
+        if new == old:
+            return
+        displaced = self.replicas[index]
+        with torch.no_grad():
+            self.module.to(new)
+            for state in self.optimizer.state.values():
+                for k, v in list(state.items()):
+                    if isinstance(v, torch.Tensor) and v.device == old:
+                        state[k] = v.to(new)
+        if old in self.devices:
+            self.replicas[self.devices.index(old)] = displaced.to(old)
+        self.replicas[index] = self.module
+        self.reduce_device = new
+        self._stale = {i for i, r in enumerate(self.replicas) if r is not self.module}
 
     def _time_transfer(self, index: int) -> float:
         """Seconds for the gradients to reach the reduction device and the weights to come back
@@ -603,9 +636,12 @@ class HeteroDataParallel:
     def state_dict(self) -> dict:
         return {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "balancer": self.balancer.state_dict(), "steps": self.steps,
-                "devices": [str(d) for d in self.devices]}
+                "devices": [str(d) for d in self.devices], "reduce_device": str(self.reduce_device)}
 
     def load_state_dict(self, state: dict) -> None:
+        saved_reduce = state.get("reduce_device")
+        if self._auto_reduce and saved_reduce is not None and torch.device(saved_reduce) in self.devices:
+            self._move_master(self.devices.index(torch.device(saved_reduce)))
         self.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.balancer.load_state_dict(state["balancer"])

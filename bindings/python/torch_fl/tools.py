@@ -79,15 +79,21 @@ class ProfileResult:
         total = native + generic + cpu
         return (generic + cpu) / total if total else 0.0
 
+    device_time: bool = False
+
     def table(self) -> str:
-        lines = [f"{'op':48} {'tier':>12} {'calls':>8} {'ms':>10}"]
+        """Ops by host time (ms), with device time (ms) when profiled with device_time=True.
+        Both include the op's nested routed calls and its layout copies."""
+        head = f"{'op':48} {'tier':>12} {'calls':>8} {'host ms':>10}"
+        lines = [head + (f" {'device ms':>10}" if self.device_time else "")]
         rows = []
         for name, s in self.ops.items():
             for tier in ("native", "generic", "cpu_fallback"):
                 if s[tier]:
-                    rows.append((s["seconds"], name, tier, s[tier]))
-        for seconds, name, tier, calls in sorted(rows, reverse=True):
-            lines.append(f"{name:48} {tier:>12} {calls:>8} {seconds * 1e3:>10.3f}")
+                    rows.append((s["seconds"], name, tier, s[tier], s.get("device_seconds", 0.0)))
+        for seconds, name, tier, calls, device_seconds in sorted(rows, reverse=True):
+            line = f"{name:48} {tier:>12} {calls:>8} {seconds * 1e3:>10.3f}"
+            lines.append(line + (f" {device_seconds * 1e3:>10.3f}" if self.device_time else ""))
         lines.append(f"fallback ratio {self.fallback_ratio:.1%}; wall {self.wall_seconds:.3f}s")
         return "\n".join(lines)
 
@@ -96,7 +102,7 @@ def _diff(after: dict, before: dict) -> dict:
     out = {}
     for name, a in after.items():
         b = before.get(name, {"native": 0, "generic": 0, "cpu_fallback": 0, "seconds": 0.0})
-        d = {k: a[k] - b[k] for k in ("native", "generic", "cpu_fallback", "seconds")}
+        d = {k: a.get(k, 0) - b.get(k, 0) for k in ("native", "generic", "cpu_fallback", "seconds", "device_seconds")}
         d["kernel"] = a["kernel"]
         if d["native"] or d["generic"] or d["cpu_fallback"]:
             out[name] = d
@@ -104,18 +110,25 @@ def _diff(after: dict, before: dict) -> dict:
 
 
 @contextlib.contextmanager
-def profile(warn_above: float = 0.10):
-    """Profiles the ops run on fl inside the block: per op the tier taken, calls and time.
+def profile(warn_above: float = 0.10, device_time: bool = False):
+    """Profiles the ops run on fl inside the block: per op the tier taken, calls and host time;
+    with `device_time=True` also the device time of each op, measured with the plugin's timing
+    events around every call (two event records per call while on).
 
         with torch_fl.profile() as prof:
             train_step()
         print(prof.table())
 
     Warns when the fallback ratio exceeds `warn_above`."""
-    result = ProfileResult()
+    result = ProfileResult(device_time=device_time)
     before = fallback_stats()
     was_on = _C.profiling()
+    timing_was_on = _C.device_timing()
     _C.set_profiling(True)
+    if device_time:
+        _C.flush_device_times()  # pairs recorded before the block stay out of it
+        before = fallback_stats()
+        _C.set_device_timing(True)
     start = time.perf_counter()
     try:
         yield result
@@ -124,6 +137,9 @@ def profile(warn_above: float = 0.10):
             _C.synchronize(i)
         result.wall_seconds = time.perf_counter() - start
         _C.set_profiling(was_on)
+        if device_time:
+            _C.set_device_timing(timing_was_on)
+            _C.flush_device_times()
         result.ops = _diff(fallback_stats(), before)
         if result.fallback_ratio > warn_above:
             warnings.warn(

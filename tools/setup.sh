@@ -54,6 +54,11 @@ if command -v nvcc >/dev/null; then
     "$VPY" -m pip install -q --no-deps nvidia-cublas==13.1.1.3 nvidia-cudnn-cu13==9.24.0.43 ||
       echo "setup: cuBLAS/cuDNN wheels unavailable; the CUDA plugin builds without them if it can"
   fi
+  # cudnn-frontend headers (header-only): convolutions through cached cuDNN graph plans.
+  if [[ ! -f "$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/include/cudnn_frontend.h" ]]; then
+    "$VPY" -m pip install -q --no-deps nvidia-cudnn-frontend==1.14.0 ||
+      echo "setup: nvidia-cudnn-frontend unavailable; convolutions use cuDNN's legacy API"
+  fi
 fi
 
 log "configuring and building (meson, build/)"

@@ -40,12 +40,28 @@ void put_tensor(std::string& key, const at::Tensor& t) {
   if (t.dim() == 0 && t.is_cpu()) put(key, 's');  // wrapped numbers promote differently
 }
 
+// Whether the values of float arguments can change an op's output shapes or dtypes: only for
+// the ops that size their output from them (arange(0.0, 1.0, 0.1), an upsample's
+// scale_factors). Elsewhere a float
+// argument's type counts (it takes part in promotion) but not its value, so a learning rate
+// or an optimizer's per-step scalars do not make every call a cache miss.
+bool float_values_matter(const std::string& name) {
+  for (const char* op : {"aten::arange", "aten::range", "aten::linspace", "aten::logspace", "aten::upsample_",
+                         "aten::_upsample_"})
+    if (name.rfind(op, 0) == 0) return true;
+  return false;
+}
+
 // False when an argument cannot be part of a key (then no caching).
-bool put_ivalue(std::string& key, const c10::IValue& v) {
+bool put_ivalue(std::string& key, const c10::IValue& v, bool float_values) {
   if (v.isTensor()) { put_tensor(key, v.toTensor()); return true; }
   if (v.isNone()) { put(key, 'n'); return true; }
   if (v.isInt()) { put(key, 'i'); put(key, v.toInt()); return true; }
-  if (v.isDouble()) { put(key, 'd'); put(key, v.toDouble()); return true; }
+  if (v.isDouble()) {
+    put(key, 'd');
+    if (float_values) put(key, v.toDouble());
+    return true;
+  }
   if (v.isBool()) { put(key, 'b'); put(key, v.toBool()); return true; }
   if (v.isIntList()) {
     put(key, 'I');
@@ -55,7 +71,10 @@ bool put_ivalue(std::string& key, const c10::IValue& v) {
   }
   if (v.isDoubleList()) {
     put(key, 'D');
-    for (double x : v.toDoubleList()) put(key, x);
+    if (float_values)
+      for (double x : v.toDoubleList()) put(key, x);
+    else
+      put(key, v.toDoubleList().size());
     put(key, 'e');
     return true;
   }
@@ -74,7 +93,7 @@ bool put_ivalue(std::string& key, const c10::IValue& v) {
   if (v.isList()) {
     put(key, 'L');
     for (const c10::IValue& e : v.toListRef())
-      if (!put_ivalue(key, e)) return false;
+      if (!put_ivalue(key, e, float_values)) return false;
     put(key, 'e');
     return true;
   }
@@ -177,8 +196,9 @@ OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRe
   key.clear();
   put(key, &op.schema());
   bool cacheable = true;
+  const bool float_values = float_values_matter(info.name);
   for (const auto& v : args)
-    if (!put_ivalue(key, v)) { cacheable = false; break; }
+    if (!put_ivalue(key, v, float_values)) { cacheable = false; break; }
   if (cacheable) {
     std::shared_lock lock(cache_mutex());
     auto it = cache().find(key);
@@ -232,6 +252,11 @@ OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRe
 }
 
 size_t output_meta_cache_size() {
+  std::shared_lock lock(cache_mutex());
+  return cache().size();
+}
+
+size_t output_meta_cache_entries() {
   std::shared_lock lock(cache_mutex());
   return cache().size();
 }

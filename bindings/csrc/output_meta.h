@@ -29,6 +29,9 @@ using OutputMeta = std::shared_ptr<const std::vector<TensorMeta>>;
 // is shared with the cache: no copy on the hot path.
 OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRef<c10::IValue> args);
 
+// Entries in the cache (for tests and statistics).
+size_t output_meta_cache_entries();
+
 size_t output_meta_cache_size();
 
 }  // namespace fl::binding

@@ -186,6 +186,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("reset_fallback_stats", &reset_fallback_stats);
   m.def("set_profiling", &set_profiling);
   m.def("profiling", &profiling);
+  m.def("output_meta_cache_entries", &output_meta_cache_entries);
   m.def("set_device_timing", &set_device_timing);
   m.def("device_timing", &device_timing);
   m.def("flush_device_times", &flush_device_times, py::call_guard<py::gil_scoped_release>());

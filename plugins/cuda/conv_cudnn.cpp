@@ -5,12 +5,15 @@
 // cudnn_conv_suggest_memory_format rule), else in NCHW; operands in another layout are packed
 // into scratch memory first, outputs in another layout are computed in scratch and copied into
 // place, so the entries take any strides.
-// Algorithms come from cuDNN's heuristics (cudnnGet*_v7, no benchmarking runs), the first
+// Each pass first tries cuDNN's graph API with a cached plan (conv_cudnn_graph.hpp); where that
+// is unavailable, the legacy API runs it. Legacy algorithms come from cuDNN's heuristics
+// (cudnnGet*_v7, no benchmarking runs), the first
 // one that runs is cached per shape and layout with its workspace size; a call with
 // FL_CALL_DETERMINISTIC only takes deterministic algorithms, FL_CALL_PRECISE disables TF32.
 // Workspaces are stream-ordered allocations. Bias add and bias gradient use the plugin's own
 // elementwise/reduction kernels.
 #include "conv_cudnn.hpp"
+#include "conv_cudnn_graph.hpp"
 #include "copy_kernels.hpp"
 #include "device_state.hpp"
 #include "gpu_check.hpp"
@@ -77,6 +80,7 @@ bool is_packed(const fl_tensor& t, Layout layout) {
 }
 
 Layout call_layout(const fl_tensor& x, const fl_tensor& w) {
+  if (x.dtype == FL_DTYPE_FLOAT64) return Layout::Nchw;  // cuDNN has no float64 NHWC kernels
   auto channels_last = [](const fl_tensor& t) { return !is_packed(t, Layout::Nchw) && is_packed(t, Layout::Nhwc); };
   return channels_last(x) || channels_last(w) ? Layout::Nhwc : Layout::Nchw;
 }
@@ -313,6 +317,11 @@ void add_bias(const fl_tensor& y, const fl_tensor& bias, const LaunchContext& ct
   launch_add_inplace(y, view, ctx);
 }
 
+ConvGraphParams graph_params(const ConvParams& p, bool precise, bool deterministic) {
+  return ConvGraphParams{{p.pad[0], p.pad[1]}, {p.stride[0], p.stride[1]}, {p.dilation[0], p.dilation[1]},
+                         precise, deterministic};
+}
+
 bool requested(const Args& a, int32_t i) {
   return i < a.num_outputs() && !plugin::is_undefined(a.output(i)) && a.output(i).data != nullptr;
 }
@@ -320,6 +329,7 @@ bool requested(const Args& a, int32_t i) {
 }  // namespace
 
 void shutdown_conv() {
+  clear_conv_graphs();
   std::lock_guard<std::mutex> lock(g_conv_mutex);
   for (size_t i = 0; i < g_conv.size(); ++i) {
     if (!g_conv[i]) continue;
@@ -377,6 +387,9 @@ FL_CUDA_KERNEL(k_convolution) {
     {
       std::lock_guard<std::mutex> lock(dev.mutex);
       cudnnHandle_t h = handle_for(dev, ctx.stream);
+      const ConvGraphOperands graph_ops{&px.get(), &pw.get(), &py.get()};
+      const bool ran = run_conv_graph(ConvGraphPass::Forward, ctx.device, h, graph_ops,
+                                      graph_params(p, no_tf32, deterministic), ctx.stream);
       auto list = [&] {
         return candidates<cudnnConvolutionFwdAlgoPerf_t>(
             [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* perf) {
@@ -394,8 +407,9 @@ FL_CUDA_KERNEL(k_convolution) {
                                        pw.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
                                        sc.zero(x.dtype), yd.d, py.data());
       };
-      run_with_algo(dev, cd.d, make_key(Pass::Forward, x, w, p, call->flags, layout), list, run,
-                    "cudnnConvolutionForward");
+      if (!ran)
+        run_with_algo(dev, cd.d, make_key(Pass::Forward, x, w, p, call->flags, layout), list, run,
+                      "cudnnConvolutionForward");
     }
     py.finish();
     if (bias != nullptr) add_bias(y, *bias, ctx);
@@ -470,6 +484,9 @@ FL_CUDA_KERNEL(k_convolution_backward) {
         const PackedOperand pdx(a.output(0), layout, true, ctx);
         TensorDesc dxd;
         set_tensor(dxd, pdx.get());
+        const ConvGraphOperands graph_ops{&pdx.get(), &pw.get(), &pdy.get()};
+        const bool ran = run_conv_graph(ConvGraphPass::BackwardData, ctx.device, h, graph_ops,
+                                        graph_params(p, no_tf32, deterministic), ctx.stream);
         auto list = [&] {
           return candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
               [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
@@ -487,14 +504,18 @@ FL_CUDA_KERNEL(k_convolution_backward) {
                                               pdy.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
                                               sc.zero(x.dtype), dxd.d, pdx.data());
         };
-        run_with_algo(dev, cd.d, make_key(Pass::BackwardData, x, w, p, call->flags, layout), list, run,
-                      "cudnnConvolutionBackwardData");
+        if (!ran)
+          run_with_algo(dev, cd.d, make_key(Pass::BackwardData, x, w, p, call->flags, layout), list, run,
+                        "cudnnConvolutionBackwardData");
         pdx.finish();
       }
       if (want_dw) {
         const PackedOperand pdw(a.output(1), layout, true, ctx);
         FilterDesc dwd;
         set_filter(dwd, pdw.get(), layout);
+        const ConvGraphOperands graph_ops{&px.get(), &pdw.get(), &pdy.get()};
+        const bool ran = run_conv_graph(ConvGraphPass::BackwardFilter, ctx.device, h, graph_ops,
+                                        graph_params(p, no_tf32, deterministic), ctx.stream);
         auto list = [&] {
           return candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
               [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
@@ -513,8 +534,9 @@ FL_CUDA_KERNEL(k_convolution_backward) {
                                                 pdy.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
                                                 sc.zero(x.dtype), dwd.d, pdw.data());
         };
-        run_with_algo(dev, cd.d, make_key(Pass::BackwardFilter, x, w, p, call->flags, layout), list, run,
-                      "cudnnConvolutionBackwardFilter");
+        if (!ran)
+          run_with_algo(dev, cd.d, make_key(Pass::BackwardFilter, x, w, p, call->flags, layout), list, run,
+                        "cudnnConvolutionBackwardFilter");
         pdw.finish();
       }
     }

@@ -28,7 +28,10 @@ constexpr uint32_t kEwExact = kEw | FL_KERNEL_PRECISE;
 constexpr uint32_t kDet = FL_KERNEL_DETERMINISTIC;
 constexpr uint32_t kStridedIO = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS;
 constexpr uint32_t kStrided = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | FL_KERNEL_DETERMINISTIC;
-constexpr uint32_t kForeach = FL_KERNEL_ALIASING_OK | FL_KERNEL_DETERMINISTIC;
+// Foreach kernels walk each tensor in memory order: any dense layout (channels_last weights),
+// the same for every tensor of one index; other layouts are declined.
+constexpr uint32_t kForeach = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | FL_KERNEL_ALIASING_OK |
+                              FL_KERNEL_DETERMINISTIC;
 constexpr uint64_t kHalfFloat = bit(FL_DTYPE_FLOAT32) | bit(FL_DTYPE_BFLOAT16) | bit(FL_DTYPE_FLOAT16);
 
 constexpr fl_kernel_entry entry(const char* op, uint64_t mask, uint32_t flags, fl_kernel_fn fn) {

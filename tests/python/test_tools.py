@@ -102,3 +102,22 @@ def test_coverage_report_lists_ops_with_tiers():
     assert any("backward" in op for op in report)      # backward ops recorded too
     only0 = torch_fl.coverage_report(step, devices=[0])
     assert all(set(v) == {"fl:0"} for v in only0.values())
+
+
+def test_output_meta_cache_ignores_float_values_where_shapes_do_not_depend_on_them():
+    x = torch.randn(16).to("fl")
+    y = torch.randn(16).to("fl")
+    x.add(y, alpha=0.5)
+    before = torch_fl._C.output_meta_cache_entries()
+    for k in range(20):  # a learning rate that changes every step
+        out = x.add(y, alpha=0.01 * (k + 1))
+        torch.testing.assert_close(out.cpu(), x.cpu() + 0.01 * (k + 1) * y.cpu())
+    assert torch_fl._C.output_meta_cache_entries() - before <= 1
+    # Where float values size the output, they stay part of the key.
+    for step in (0.5, 0.25, 0.1):
+        assert torch.arange(0.0, 1.0, step, device="fl").shape == torch.arange(0.0, 1.0, step).shape
+    img = torch.randn(1, 1, 4, 4).to("fl")
+    for scale in (2.0, 3.0):
+        got = F.interpolate(img, scale_factor=scale, mode="nearest")
+        assert got.shape == (1, 1, int(4 * scale), int(4 * scale))
+        torch.testing.assert_close(got.cpu(), F.interpolate(img.cpu(), scale_factor=scale, mode="nearest"))

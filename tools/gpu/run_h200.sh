@@ -22,7 +22,7 @@
 # Before the call, here: `../shared/device/pack-deps.sh libopenblas-dev libopenblas0
 # libopenblas0-pthread libopenblas-pthread-dev` (the CPU plugin, which fl-plugin-check uses as
 # its reference, needs pkg-config's `openblas`; the default pack does not carry it), and name
-# `.devdeps` in `carry`.
+# `.devdeps` in `carry` (and `.cudnn-frontend`, see step_configure).
 # The plugin finds cuBLAS/cuDNN through its RUNPATH (set at build time from where meson
 # found them); LD_LIBRARY_PATH is not needed for it.
 set -uo pipefail
@@ -89,6 +89,9 @@ step_env_info() {
 }
 
 step_configure() {
+  # cudnn-frontend headers carried from here (the GPU machine's venv lacks the wheel):
+  #   mkdir -p .cudnn-frontend && cp -r .venv/lib/python3.*/site-packages/include .cudnn-frontend/
+  [[ -f .cudnn-frontend/include/cudnn_frontend.h ]] && export FL_CUDNN_FRONTEND_ROOT="$ROOT/.cudnn-frontend"
   local extra=()
   [[ -f "$BUILD/build.ninja" ]] && extra+=(--reconfigure)
   meson setup "$BUILD" "${extra[@]}" -Dpython="$PY" -Dcuda=enabled -Dbuildtype=release

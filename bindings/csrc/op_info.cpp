@@ -60,6 +60,7 @@ std::string find_out_variant(const std::string& base, const std::vector<c10::Arg
 std::unique_ptr<OpInfo> analyse(const c10::FunctionSchema& schema) {
   auto info = std::make_unique<OpInfo>();
   info->name = qualified(schema.operator_name());
+  info->convolution = schema.name().find("convolution") != std::string::npos;
   info->num_arguments = schema.arguments().size();
   info->num_returns = schema.returns().size();
   std::vector<c10::Argument> non_out;

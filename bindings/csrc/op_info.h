@@ -33,6 +33,9 @@ struct OpInfo {
   std::atomic<uint64_t> device_nanoseconds{0};  // with device timing on (device_timer.h)
   std::atomic<bool> warned{false};
   bool explicitly_registered = false;           // registered on PrivateUse1 by name (not the fallback)
+  // A convolution (its TF32 switch is torch.backends.cudnn.allow_tf32, as on CUDA, rather
+  // than the matmul precision).
+  bool convolution = false;
   // Per plugin (by index in the runtime's plugin list): resolved table entry, or nullptr.
   std::vector<const fl_kernel_entry*> entries;
   std::atomic<bool> entries_resolved{false};

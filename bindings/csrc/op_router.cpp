@@ -210,7 +210,12 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
 
   auto& reg = rt.streams(device);
   uint32_t flags = 0;
-  if (rt.config().precision.matmul == "highest") flags |= FL_CALL_PRECISE;
+  // Precise float32 (no TF32): for convolutions when torch.backends.cudnn.allow_tf32 is off
+  // (PyTorch's default lets cuDNN use TF32), for every other op when precision.matmul is
+  // "highest".
+  const bool precise = info.convolution ? !at::globalContext().allowTF32CuDNN()
+                                        : rt.config().precision.matmul == "highest";
+  if (precise) flags |= FL_CALL_PRECISE;
   if (rt.config().precision.deterministic) flags |= FL_CALL_DETERMINISTIC;
   const fl_kernel_call& call = builder.build(reg.handle(reg.current()), flags, *entry);
   const fl_status_t st = entry->fn(&call);

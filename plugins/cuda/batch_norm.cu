@@ -4,13 +4,16 @@
 // jointly into at most three dims, indexed with 32-bit multiply-shift division (at most
 // 2^31 - 1 elements per channel). Two launch shapes: "outer" (channel not innermost: a block
 // per channel and chunk of rows) and "inner" (channel stride 1: 32 channels by 8 rows per
-// block, coalesced across channels).
+// block, coalesced across channels), and a "rows" fast path when every tensor is NHWC-packed
+// ([M, C] row-major, as channels_last activations are): 16-byte loads of V channels per
+// thread, C / V threads per row.
 // Statistics: Welford in float per (chunk, channel), chunks merged in a fixed order
 // (reproducible); biased variance for normalisation, unbiased for the running variance,
 // as ATen. x/y/dy/dx: float32, bfloat16, float16 (one dtype for all of them); weight, bias,
 // running and saved statistics: any float dtype. float64 answers FL_ERR_NOT_SUPPORTED.
 #include "dispatch.cuh"
 #include "dtype_convert.cuh"
+#include "elementwise.cuh"
 #include "fast_divmod.cuh"
 #include "gpu_check.hpp"
 #include "kernel_glue.hpp"
@@ -291,6 +294,7 @@ struct Plan {
   BnGeom g;
   std::vector<BnStrides> strides;  // one per tensor, in the order given
   bool inner = false;              // channel stride 1 in the first tensor
+  bool rows = false;               // every tensor [M, C] row-major (channels_last packed)
 };
 
 // Coalesces the non-channel dims of `ts` (same shape, ndim >= 2) jointly into at most three.
@@ -337,7 +341,190 @@ Plan make_plan(const std::vector<const fl_tensor*>& ts, const char* name) {
   for (size_t k = 0; k < nt; ++k)
     p.strides.push_back(BnStrides{ts[k]->strides[1], strides[k][0], strides[k][1], strides[k][2]});
   p.inner = x.strides[1] == 1 && x.shape[1] > 1;
+  p.rows = p.inner && sizes[0] == 1 && sizes[1] == 1;
+  for (size_t k = 0; k < nt && p.rows; ++k)
+    p.rows = ts[k]->strides[1] == 1 && (sizes[2] == 1 || strides[k][2] == x.shape[1]);
   return p;
+}
+
+// ---- the rows fast path ---------------------------------------------------------------------
+
+constexpr int kRowThreads = 512;
+
+// Channels per thread (one 16-byte vector) for a dtype of `bytes` bytes.
+int rows_vector(size_t bytes) { return static_cast<int>(16 / bytes); }
+
+// The rows path applies: packed tensors, whole vectors per row, at most kRowThreads vectors
+// per row, 16-byte aligned data.
+bool rows_path(const Plan& p, fl_dtype_t dt, std::initializer_list<const void*> data) {
+  if (!p.rows || p.g.per_channel == 0) return false;
+  const int v = rows_vector(plugin::dtype_size(dt));
+  if (p.g.channels % v != 0 || p.g.channels / v > kRowThreads) return false;
+  for (const void* d : data)
+    if (d != nullptr && reinterpret_cast<uintptr_t>(d) % 16 != 0) return false;
+  return true;
+}
+
+uint32_t rows_splits(const Plan& p, fl_dtype_t dt, const LaunchContext& ctx) {
+  const int groups = p.g.channels / rows_vector(plugin::dtype_size(dt));
+  const int64_t rows_per_pass = kRowThreads / groups;
+  int64_t splits = static_cast<int64_t>(ctx.sm_count > 0 ? ctx.sm_count : 1) * 2;
+  const int64_t by_work = (static_cast<int64_t>(p.g.per_channel) + rows_per_pass * 8 - 1) / (rows_per_pass * 8);
+  if (splits > by_work) splits = by_work;
+  if (splits > 1024) splits = 1024;
+  return static_cast<uint32_t>(splits < 1 ? 1 : splits);
+}
+
+// partial[split * C + c]: Welford statistics of channel c over the rows of block `split`.
+template <class T, int V>
+__global__ void __launch_bounds__(kRowThreads) bn_rows_stats(const T* __restrict__ x, int32_t channels, uint32_t rows,
+                                                             uint32_t chunk, Welford* partial) {
+  extern __shared__ float smem[];  // n[threads], then mean and m2 [V][threads]
+  const int groups = channels / V, per_pass = kRowThreads / groups;
+  const int t = threadIdx.x, g = t % groups, r = t / groups;
+  const uint32_t m0 = blockIdx.x * chunk, m1 = min(rows, m0 + chunk);
+  float n = 0.f, mean[V], m2[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) mean[j] = m2[j] = 0.f;
+  if (r < per_pass) {
+    for (uint32_t m = m0 + r; m < m1; m += per_pass) {
+      const AlignedVector<T, V> v = reinterpret_cast<const AlignedVector<T, V>*>(x + static_cast<int64_t>(m) * channels)[g];
+      n += 1.f;
+      const float inv = 1.f / n;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float xv = convert<float>(v.v[j]);
+        const float d = xv - mean[j];
+        mean[j] += d * inv;
+        m2[j] += d * (xv - mean[j]);
+      }
+    }
+  }
+  float* sn = smem;
+  float* smean = sn + kRowThreads;
+  float* sm2 = smean + V * kRowThreads;
+  sn[t] = n;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    smean[j * kRowThreads + t] = mean[j];
+    sm2[j * kRowThreads + t] = m2[j];
+  }
+  __syncthreads();
+  if (r != 0) return;
+  for (int k = 1; k < per_pass; ++k) {  // merged in a fixed order: reproducible
+    const int o = g + k * groups;
+    const float on = sn[o];
+    if (on == 0.f) continue;
+    const float tot = n + on, f = on / tot;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float d = smean[j * kRowThreads + o] - mean[j];
+      mean[j] += d * f;
+      m2[j] += sm2[j * kRowThreads + o] + d * d * n * f;
+    }
+    n = tot;
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j)
+    partial[static_cast<int64_t>(blockIdx.x) * channels + g * V + j] = Welford{n, mean[j], m2[j]};
+}
+
+// partial[split * C + c]: sum(dy) and sum(dy * (x - mean)) of channel c over block `split`.
+template <class T, int V>
+__global__ void __launch_bounds__(kRowThreads) bn_rows_backward_sums(const T* __restrict__ dy, const T* __restrict__ x,
+                                                                     Param mean_param, int32_t channels, uint32_t rows,
+                                                                     uint32_t chunk, Sums2* partial) {
+  extern __shared__ float smem[];  // a and b [V][threads]
+  const int groups = channels / V, per_pass = kRowThreads / groups;
+  const int t = threadIdx.x, g = t % groups, r = t / groups;
+  const uint32_t m0 = blockIdx.x * chunk, m1 = min(rows, m0 + chunk);
+  float a[V], b[V], mu[V];
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    a[j] = b[j] = 0.f;
+    mu[j] = mean_param.get(g * V + j, 0.f);
+  }
+  if (r < per_pass) {
+    for (uint32_t m = m0 + r; m < m1; m += per_pass) {
+      const int64_t row = static_cast<int64_t>(m) * channels;
+      const AlignedVector<T, V> dv = reinterpret_cast<const AlignedVector<T, V>*>(dy + row)[g];
+      const AlignedVector<T, V> xv = reinterpret_cast<const AlignedVector<T, V>*>(x + row)[g];
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float d = convert<float>(dv.v[j]);
+        a[j] += d;
+        b[j] += d * (convert<float>(xv.v[j]) - mu[j]);
+      }
+    }
+  }
+  float* sa = smem;
+  float* sb = sa + V * kRowThreads;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    sa[j * kRowThreads + t] = a[j];
+    sb[j * kRowThreads + t] = b[j];
+  }
+  __syncthreads();
+  if (r != 0) return;
+  for (int k = 1; k < per_pass; ++k) {
+    const int o = g + k * groups;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      a[j] += sa[j * kRowThreads + o];
+      b[j] += sb[j * kRowThreads + o];
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < V; ++j) partial[static_cast<int64_t>(blockIdx.x) * channels + g * V + j] = Sums2{a[j], b[j]};
+}
+
+// out = a[c]*u + b[c]*v + d[c] over [M, C] row-major tensors, V elements per step.
+template <class T, int V>
+__global__ void bn_rows_apply(const T* __restrict__ u, const T* __restrict__ v, T* __restrict__ out, Coefs k,
+                              int32_t channels, int64_t vectors) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < vectors;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int c0 = static_cast<int>((i * V) % channels);
+    const AlignedVector<T, V> uv = reinterpret_cast<const AlignedVector<T, V>*>(u)[i];
+    AlignedVector<T, V> vv;
+    if (v != nullptr) vv = reinterpret_cast<const AlignedVector<T, V>*>(v)[i];
+    AlignedVector<T, V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      float val = k.a[c0 + j] * convert<float>(uv.v[j]) + k.d[c0 + j];
+      if (v != nullptr) val += k.b[c0 + j] * convert<float>(vv.v[j]);
+      r.v[j] = convert<T>(val);
+    }
+    reinterpret_cast<AlignedVector<T, V>*>(out)[i] = r;
+  }
+}
+
+template <class T>
+void launch_rows_stats(const T* x, const Plan& p, uint32_t splits, Welford* partial, const LaunchContext& ctx) {
+  constexpr int V = 16 / sizeof(T);
+  const uint32_t chunk = (p.g.per_channel + splits - 1) / splits;
+  const size_t shared = (1 + 2 * V) * kRowThreads * sizeof(float);
+  bn_rows_stats<T, V><<<splits, kRowThreads, shared, ctx.stream>>>(x, p.g.channels, p.g.per_channel, chunk, partial);
+  check_launch("bn_rows_stats");
+}
+
+template <class T>
+void launch_rows_backward_sums(const T* dy, const T* x, const Param& mean, const Plan& p, uint32_t splits,
+                               Sums2* partial, const LaunchContext& ctx) {
+  constexpr int V = 16 / sizeof(T);
+  const uint32_t chunk = (p.g.per_channel + splits - 1) / splits;
+  const size_t shared = 2 * V * kRowThreads * sizeof(float);
+  bn_rows_backward_sums<T, V><<<splits, kRowThreads, shared, ctx.stream>>>(dy, x, mean, p.g.channels,
+                                                                            p.g.per_channel, chunk, partial);
+  check_launch("bn_rows_backward_sums");
+}
+
+template <class T>
+void launch_rows_apply(const T* u, const T* v, T* out, const Coefs& k, const Plan& p, const LaunchContext& ctx) {
+  constexpr int V = 16 / sizeof(T);
+  const int64_t vectors = static_cast<int64_t>(p.g.per_channel) * p.g.channels / V;
+  bn_rows_apply<T, V><<<grid_for(vectors, 256, ctx), 256, 0, ctx.stream>>>(u, v, out, k, p.g.channels, vectors);
+  check_launch("bn_rows_apply");
 }
 
 // Chunks per channel for the reductions: enough blocks to fill the GPU, at least 512
@@ -461,23 +648,32 @@ fl_status_t batch_norm_forward(const fl_kernel_call* call, const char* name, For
     if (channels == 0) return;
     if (p.g.per_channel == 0 && !fin.training) return;
 
-    const uint32_t splits = fin.training ? reduce_splits(p, ctx) : 0;
+    const bool rows = rows_path(p, x.dtype, {plugin::data_ptr<const void>(x), plugin::data_ptr<const void>(y)});
+    const uint32_t splits = fin.training ? (rows ? rows_splits(p, x.dtype, ctx) : reduce_splits(p, ctx)) : 0;
     ScratchBuffer partial(static_cast<size_t>(splits) * static_cast<size_t>(channels) * sizeof(Welford), ctx.stream);
     ScratchBuffer coefs(static_cast<size_t>(channels) * 3 * sizeof(float), ctx.stream);
     const Coefs k{coefs.get<float>(), coefs.get<float>() + channels, coefs.get<float>() + 2 * channels};
     dispatch_data(x.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if (fin.training && p.g.per_channel > 0)
-        launch_reduce(StatsAcc<T>{plugin::data_ptr<const T>(x), p.strides[0]}, p, splits, partial.get<Welford>(),
-                      ctx);
+      if (fin.training && p.g.per_channel > 0) {
+        if (rows)
+          launch_rows_stats<T>(plugin::data_ptr<const T>(x), p, splits, partial.get<Welford>(), ctx);
+        else
+          launch_reduce(StatsAcc<T>{plugin::data_ptr<const T>(x), p.strides[0]}, p, splits, partial.get<Welford>(),
+                        ctx);
+      }
       // With an empty batch there is nothing to reduce: statistics come out NaN, as in ATen.
       bn_forward_finalize<<<static_cast<unsigned>((channels + 255) / 256), 256, 0, ctx.stream>>>(
           partial.get<Welford>(), p.g.per_channel > 0 ? static_cast<int32_t>(splits) : 0,
           static_cast<int32_t>(channels), fin, k);
       check_launch("bn_forward_finalize");
-      ApplyArgs<T> args{plugin::data_ptr<const T>(x), p.strides[0], nullptr, {}, plugin::data_ptr<T>(y),
-                        p.strides[1], k};
-      launch_apply(args, p, ctx);
+      if (rows) {
+        launch_rows_apply<T>(plugin::data_ptr<const T>(x), nullptr, plugin::data_ptr<T>(y), k, p, ctx);
+      } else {
+        ApplyArgs<T> args{plugin::data_ptr<const T>(x), p.strides[0], nullptr, {}, plugin::data_ptr<T>(y),
+                          p.strides[1], k};
+        launch_apply(args, p, ctx);
+      }
     });
   });
 }
@@ -532,7 +728,9 @@ FL_CUDA_KERNEL(k_native_batch_norm_backward) {
 
     const bool need_sums = p.g.per_channel > 0 && ((fin.training && want_dx) || fin.grad_weight != nullptr ||
                                                    fin.grad_bias != nullptr);
-    const uint32_t splits = need_sums ? reduce_splits(p, ctx) : 0;
+    const bool rows = rows_path(p, x.dtype, {plugin::data_ptr<const void>(x), plugin::data_ptr<const void>(dy),
+                                             dx != nullptr ? plugin::data_ptr<const void>(*dx) : nullptr});
+    const uint32_t splits = need_sums ? (rows ? rows_splits(p, x.dtype, ctx) : reduce_splits(p, ctx)) : 0;
     ScratchBuffer partial(static_cast<size_t>(splits) * static_cast<size_t>(channels) * sizeof(Sums2), ctx.stream);
     ScratchBuffer coefs(dx != nullptr ? static_cast<size_t>(channels) * 3 * sizeof(float) : 0, ctx.stream);
     const Coefs k = dx != nullptr ? Coefs{coefs.get<float>(), coefs.get<float>() + channels,
@@ -540,7 +738,10 @@ FL_CUDA_KERNEL(k_native_batch_norm_backward) {
                                   : Coefs{nullptr, nullptr, nullptr};
     dispatch_data(x.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
-      if (need_sums) {
+      if (need_sums && rows) {
+        launch_rows_backward_sums<T>(plugin::data_ptr<const T>(dy), plugin::data_ptr<const T>(x), fin.mean, p, splits,
+                                     partial.get<Sums2>(), ctx);
+      } else if (need_sums) {
         const BackwardAcc<T> f{plugin::data_ptr<const T>(dy), p.strides[1], plugin::data_ptr<const T>(x),
                                p.strides[0], fin.mean};
         launch_reduce(f, p, splits, partial.get<Sums2>(), ctx);
@@ -550,7 +751,10 @@ FL_CUDA_KERNEL(k_native_batch_norm_backward) {
           need_sums ? partial.get<Sums2>() : nullptr, static_cast<int32_t>(splits), static_cast<int32_t>(channels),
           fin, k);
       check_launch("bn_backward_finalize");
-      if (dx != nullptr) {
+      if (dx != nullptr && rows) {
+        launch_rows_apply<T>(plugin::data_ptr<const T>(dy), fin.training ? plugin::data_ptr<const T>(x) : nullptr,
+                             plugin::data_ptr<T>(*dx), k, p, ctx);
+      } else if (dx != nullptr) {
         ApplyArgs<T> args{plugin::data_ptr<const T>(dy), p.strides[1], fin.training ? plugin::data_ptr<const T>(x) : nullptr,
                           p.strides[0], plugin::data_ptr<T>(*dx), p.strides[2], k};
         launch_apply(args, p, ctx);

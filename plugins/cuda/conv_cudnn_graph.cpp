@@ -145,11 +145,18 @@ std::shared_ptr<const ConvPlan> build_plan(ConvGraphPass pass, cudnnHandle_t han
       break;
     }
   }
-  if (p.precise && dt == FL_DTYPE_FLOAT32) g->deselect_numeric_notes({fe::NumericalNote_t::TENSOR_CORE});
-  if (p.deterministic) g->deselect_numeric_notes({fe::NumericalNote_t::NONDETERMINISTIC});
   if (g->validate().is_bad() || g->build_operation_graph(handle).is_bad() ||
-      g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}).is_bad() ||
-      g->check_support(handle).is_bad() ||
+      g->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}).is_bad())
+    return plan;
+  // Engines PyTorch also leaves out (filterEngineConfigs in ATen's Conv_v8.cpp): those that
+  // down-convert their inputs, always; tensor-core (TF32) engines for a precise float32 call;
+  // non-deterministic ones for a deterministic call. (The filter works on the candidate
+  // plans, so it comes after create_execution_plans.)
+  std::vector<fe::NumericalNote_t> excluded = {fe::NumericalNote_t::DOWN_CONVERT_INPUTS};
+  if (p.precise && dt == FL_DTYPE_FLOAT32) excluded.push_back(fe::NumericalNote_t::TENSOR_CORE);
+  if (p.deterministic) excluded.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
+  g->deselect_numeric_notes(excluded);
+  if (g->check_support(handle).is_bad() ||
       g->build_plans(handle, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE).is_bad())
     return plan;
   int64_t workspace = 0;

@@ -139,8 +139,8 @@ const fl_kernel_entry kTable[] = {
     entry("aten::native_dropout", kFloat, kDet, k_native_dropout),
     entry("aten::native_dropout.out", kFloat, kDet, k_native_dropout),
     // pooling
-    entry("aten::max_pool2d_with_indices.out", kFloat, kDet, k_max_pool2d_with_indices),
-    entry("aten::max_pool2d_with_indices_backward.grad_input", kFloat, kDet, k_max_pool2d_with_indices_backward),
+    entry("aten::max_pool2d_with_indices.out", kFloat, kStrided, k_max_pool2d_with_indices),
+    entry("aten::max_pool2d_with_indices_backward.grad_input", kFloat, kStrided, k_max_pool2d_with_indices_backward),
     // batch norm (any strides: NCHW and channels_last)
     entry("aten::native_batch_norm", kHalfFloat, kStrided, k_native_batch_norm),
     entry("aten::native_batch_norm.out", kHalfFloat, kStrided, k_native_batch_norm),

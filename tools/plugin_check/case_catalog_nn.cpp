@@ -318,7 +318,7 @@ HostTensor pool_indices(const HostTensor& x, const Shape& out, int64_t k, int64_
           for (int64_t j = 0; j < k; ++j) {
             int64_t h = oh * stride - pad + i, w = ow * stride - pad + j;
             if (h < 0 || w < 0 || h >= H || w >= W) continue;
-            double v = x.get_storage(nc * H * W + h * W + w);
+            double v = x.at({nc / x.shape[1], nc % x.shape[1], h, w});
             if (v > best) best = v, best_at = h * W + w;
           }
         idx.set_storage(flat, static_cast<double>(best_at));
@@ -328,16 +328,21 @@ HostTensor pool_indices(const HostTensor& x, const Shape& out, int64_t k, int64_
 
 CatalogEntry max_pool(bool backward) {
   CatalogEntry e;
-  e.build = [=](fl_dtype_t dtype, bool) {
+  e.build = [=](fl_dtype_t dtype, bool strided) {
     std::vector<KernelCase> cases;
     if (!is_floating(dtype)) return cases;
-    for (auto [label, shape, k, stride, pad, ceil_mode] :
+    // A strided kernel also gets channels_last inputs (and, backward, a channels_last gradient).
+    for (bool channels_last : {false, true})
+    for (auto [base_label, shape, k, stride, pad, ceil_mode] :
          {std::tuple<std::string, Shape, int64_t, int64_t, int64_t, bool>{"3x3 stride 2 pad 1", {2, 3, 7, 7}, 3, 2, 1, false},
           {"2x2 stride 2 ceil_mode", {1, 2, 5, 5}, 2, 2, 0, true},
           {"zero-size batch", {0, 2, 4, 4}, 2, 2, 0, false}}) {
+      if (channels_last && (!strided || shape[0] == 0)) continue;
+      const std::string label = base_label + (channels_last ? ", channels_last" : "");
       KernelCase c;
       c.label = label;
-      HostTensor x = catalog_distinct(dtype, shape, "pool" + label);
+      HostTensor x = catalog_distinct(dtype, shape, "pool" + base_label);
+      if (channels_last) x = x.as_channels_last_storage();
       Shape out = {shape[0], shape[1], pool_out(shape[2], k, stride, pad, 1, ceil_mode), pool_out(shape[3], k, stride, pad, 1, ceil_mode)};
       std::vector<A> params = {A::int_list({k, k}), A::int_list({stride, stride}), A::int_list({pad, pad}),
                                A::int_list({1, 1}), A::boolean(ceil_mode)};
@@ -346,9 +351,15 @@ CatalogEntry max_pool(bool backward) {
         c.inputs.insert(c.inputs.end(), params.begin(), params.end());
         c.outputs = {{dtype, out}, {kI64, out}};
       } else {
-        c.inputs = {A::of(rnd(dtype, out, label + "g")), A::of(x)};
+        HostTensor g = rnd(dtype, out, label + "g");
+        HostTensor idx = pool_indices(x, out, k, stride, pad);
+        if (channels_last) {
+          g = g.as_channels_last_storage();
+          idx = idx.as_channels_last_storage();
+        }
+        c.inputs = {A::of(g), A::of(x)};
         c.inputs.insert(c.inputs.end(), params.begin(), params.end());
-        c.inputs.push_back(A::of(pool_indices(x, out, k, stride, pad)));
+        c.inputs.push_back(A::of(idx));
         c.outputs = {{dtype, shape}};
       }
       cases.push_back(std::move(c));

@@ -356,15 +356,21 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 namespace {
 
-// The foreach ops (Adam's and AdamW's default path on PrivateUse1) have ATen composites that
-// loop over tensors; registering them here lets a plugin's multi-tensor kernel serve a whole
-// list in one call, with the composite as the generic tier when it has none.
-struct RegisterForeachOps {
-  RegisterForeachOps() {
+// Ops whose ATen composite would otherwise win over the fallback, registered here so that a
+// plugin's fused kernel serves them, with the composite as the generic tier when it has none:
+// the foreach ops (Adam's and AdamW's default path on PrivateUse1; the composite loops over
+// tensors) and native_layer_norm (the composite is a batch norm over a reshaped input plus
+// an addcmul).
+bool routed_despite_composite(const std::string& name) {
+  return name.rfind("aten::_foreach_", 0) == 0 || name == "aten::native_layer_norm";
+}
+
+struct RegisterCompositeOps {
+  RegisterCompositeOps() {
     static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                           __FILE__, __LINE__);
     for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
-      if (name.name.rfind("aten::_foreach_", 0) != 0) continue;
+      if (!routed_despite_composite(name.name)) continue;
       auto handle = c10::Dispatcher::singleton().findSchema(name);
       if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) continue;
       const std::string qualified = name.overload_name.empty() ? name.name.substr(6)
@@ -374,7 +380,7 @@ struct RegisterForeachOps {
     }
   }
 };
-RegisterForeachOps register_foreach_ops;
+RegisterCompositeOps register_composite_ops;
 
 }  // namespace
 

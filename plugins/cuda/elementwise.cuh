@@ -2,7 +2,9 @@
 // or scalars), broadcasting, any strides, any real dtype mix, grid-stride loops.
 //  - fast path: every tensor operand dense and of one storage type T (output T, or bool for
 //    comparisons; any float pair for conversions), pointers aligned: 128-bit vector loads;
-//  - general path: per-element offsets from the coalesced dims, runtime-typed loads/stores.
+//  - general path: per-element offsets from the coalesced dims, runtime-typed loads/stores;
+//    in 32-bit multiply-shift arithmetic when every offset fits (as ATen's OffsetCalculator),
+//    else in 64-bit.
 // An Op<C> is constructed from OpParams on the host, is trivially copyable, and provides
 // `C operator()(C...) const` (or `bool` for comparisons, with kBoolOut = true).
 #pragma once
@@ -10,6 +12,7 @@
 #include "device_state.hpp"
 #include "dtype_convert.cuh"
 #include "elementwise_plan.hpp"
+#include "fast_divmod.cuh"
 #include "gpu_check.hpp"
 
 #include <plugin_support.hpp>
@@ -63,6 +66,67 @@ __global__ void elementwise_strided_kernel(ElementwiseOperands p, Op op) {
       v[k] = p.in[k] != nullptr ? load_as<C>(p.in[k], in_off[k], p.in_dtype[k]) : static_cast<C>(p.scalar[k]);
     store_as(p.out, out_off, p.out_dtype, apply_op<N>(op, v));
   }
+}
+
+// The general path's index arithmetic in 32 bits: a divider per coalesced dim.
+template <int N>
+struct Offsets32 {
+  int32_t ndim = 0;
+  FastDivmod div[kMaxDims];
+  uint32_t out_strides[kMaxDims];
+  uint32_t in_strides[N > 0 ? N : 1][kMaxDims];
+};
+
+template <class C, int N, class Op>
+__global__ void elementwise_strided32_kernel(ElementwiseOperands p, Offsets32<N> o, Op op) {
+  const uint32_t total = static_cast<uint32_t>(p.numel);
+  const uint32_t step = gridDim.x * blockDim.x;
+  for (uint32_t linear = blockIdx.x * blockDim.x + threadIdx.x; linear < total; linear += step) {
+    uint32_t out_off = 0;
+    uint32_t in_off[N > 0 ? N : 1] = {};
+    uint32_t rem = linear;
+#pragma unroll
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      if (d >= o.ndim) continue;
+      uint32_t q, i;
+      o.div[d].divmod(rem, q, i);
+      rem = q;
+      out_off += i * o.out_strides[d];
+#pragma unroll
+      for (int k = 0; k < N; ++k) in_off[k] += i * o.in_strides[k][d];
+    }
+    C v[N > 0 ? N : 1] = {};
+#pragma unroll
+    for (int k = 0; k < N; ++k)
+      v[k] = p.in[k] != nullptr ? load_as<C>(p.in[k], in_off[k], p.in_dtype[k]) : static_cast<C>(p.scalar[k]);
+    store_as(p.out, out_off, p.out_dtype, apply_op<N>(op, v));
+  }
+}
+
+// The 32-bit offsets of `p`, when the element count and every operand's furthest offset stay
+// below 2^31 (and no stride is negative).
+template <int N>
+bool offsets32(const ElementwiseOperands& p, Offsets32<N>& o) {
+  constexpr int64_t kLimit = 2147483647LL;
+  if (p.numel > kLimit) return false;
+  auto fits = [&](const int64_t* strides) {
+    int64_t furthest = 0;
+    for (int d = 0; d < p.ndim; ++d) {
+      if (strides[d] < 0) return false;
+      furthest += (p.sizes[d] - 1) * strides[d];
+    }
+    return furthest <= kLimit;
+  };
+  if (!fits(p.out_strides)) return false;
+  for (int k = 0; k < N; ++k)
+    if (p.in[k] != nullptr && !fits(p.in_strides[k])) return false;
+  o.ndim = p.ndim;
+  for (int d = 0; d < p.ndim; ++d) {
+    o.div[d] = make_fast_divmod(static_cast<uint32_t>(p.sizes[d]));
+    o.out_strides[d] = static_cast<uint32_t>(p.out_strides[d]);
+    for (int k = 0; k < N; ++k) o.in_strides[k][d] = static_cast<uint32_t>(p.in[k] != nullptr ? p.in_strides[k][d] : 0);
+  }
+  return true;
 }
 
 template <class T, class C, int N>
@@ -163,6 +227,12 @@ void run_elementwise(const ElementwiseOperands& p, const OpParams& q, const Laun
     }
   }
   const unsigned int grid = grid_for(p.numel, kElementwiseThreads, ctx);
+  Offsets32<N> o;
+  if (offsets32<N>(p, o)) {
+    elementwise_strided32_kernel<C, N, Op<C>><<<grid, kElementwiseThreads, 0, ctx.stream>>>(p, o, op);
+    check_launch("elementwise_strided32_kernel");
+    return;
+  }
   elementwise_strided_kernel<C, N, Op<C>><<<grid, kElementwiseThreads, 0, ctx.stream>>>(p, op);
   check_launch("elementwise_strided_kernel");
 }

@@ -85,6 +85,21 @@ def test_plan_runs_the_fastest_measured_set_and_probes_the_others():
     assert chosen[-8:].count((43, 21)) >= 6
 
 
+def test_probes_skip_a_device_far_slower_than_the_best():
+    b = ThroughputBalancer(2, probe_every=2, probe_limit=3.0)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])   # 1 ms / sample alone
+    b.calibrate(1, [(16, 0.16), (64, 0.64)])     # 10 ms / sample alone: 10x slower
+    per_sample = {(64, 0): 1.0e-3, (0, 64): 10e-3}
+    chosen = []
+    for _ in range(30):
+        sizes = tuple(b.plan(64))
+        chosen.append(sizes)
+        b.record_step(sizes, per_sample.get(sizes, 1.2e-3) * 64)
+    assert (0, 64) not in chosen                  # the slow device alone is never probed
+    assert chosen.count((64, 0)) >= 14            # the best between probes of the split,
+    assert chosen.count((64, 0)) + chosen.count((59, 5)) == 30  # which is within the limit
+
+
 def test_balancer_state_round_trips():
     b = ThroughputBalancer(3, ema=0.2)
     for i in range(3):

@@ -146,9 +146,10 @@ class ThroughputBalancer:
     (EMA; a device alone starts from its calibrated time). `plan` runs whichever of {the
     model's split, each device alone} measured fastest, and every `probe_every`-th plan
     re-runs for one step the candidate with the oldest record — so a device set that is
-    slower than one device alone runs only during those probes."""
+    slower than one device alone runs only during those probes — unless that candidate measured
+    more than `probe_limit` times slower per sample than the best, which is never re-run."""
 
-    def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5):
+    def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 3.0):
         if num_devices < 1:
             raise ValueError("need at least one device")
         if not 0.0 < ema <= 1.0:
@@ -156,6 +157,7 @@ class ThroughputBalancer:
         self.num_devices = num_devices
         self.ema = ema
         self.probe_every = max(int(probe_every), 1)
+        self.probe_limit = float(probe_limit)
         self.overhead = [0.0] * num_devices       # a_i, seconds
         self.per_sample = [1.0] * num_devices     # b_i, seconds per sample
         self.transfer = [0.0] * num_devices       # c_i, seconds
@@ -287,8 +289,15 @@ class ThroughputBalancer:
         if len(candidates) == 1:
             return model
         if self.plans % self.probe_every == 0:
+            # Probes skip a candidate that measured more than `probe_limit` times slower per
+            # sample than the best (a CPU beside an H200, alone): one step of it would cost
+            # more than the probes can win back.
+            best_seen = min((self.measured[k] for k in candidates if k in self.measured), default=None)
+            worth = [k for k in candidates
+                     if best_seen is None or k not in self.measured
+                     or self.measured[k] <= self.probe_limit * best_seen]
             self.probing = True
-            return candidates[min(candidates, key=lambda k: self.last_seen.get(k, -1))]
+            return candidates[min(worth, key=lambda k: self.last_seen.get(k, -1))]
         model_key = next(iter(candidates))
         if model_key not in self.measured:
             return model

@@ -131,6 +131,67 @@ FL_CUDA_KERNEL(k_where_self_out) {
   });
 }
 
+// masked_fill's common case (an attention mask): self and out dense in one layout, a scalar
+// value, a bool mask broadcast over them. V elements of one row per thread, 16-byte loads
+// and stores of self/out; the mask offset of each vector in 32-bit multiply-shift arithmetic.
+template <class T, int V>
+__global__ void masked_fill_rows(const T* __restrict__ self, T* out, const bool* __restrict__ mask,
+                                 Offsets32<1> mo, uint32_t mask_inner_stride, float value, uint32_t vectors) {
+  const T fill = convert<T>(value);
+  for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += gridDim.x * blockDim.x) {
+    uint32_t rem = i * V, moff = 0;
+#pragma unroll
+    for (int d = kMaxDims - 1; d >= 0; --d) {
+      if (d >= mo.ndim) continue;
+      uint32_t q, idx;
+      mo.div[d].divmod(rem, q, idx);
+      rem = q;
+      moff += idx * mo.in_strides[0][d];
+    }
+    const AlignedVector<T, V> x = reinterpret_cast<const AlignedVector<T, V>*>(self)[i];
+    AlignedVector<T, V> r;
+#pragma unroll
+    for (int j = 0; j < V; ++j) r.v[j] = mask[moff + j * mask_inner_stride] ? fill : x.v[j];
+    reinterpret_cast<AlignedVector<T, V>*>(out)[i] = r;
+  }
+}
+
+// Launches masked_fill_rows when the planned operands (mask, value, self) allow it.
+template <class T>
+bool try_masked_fill_rows(const ElementwiseOperands& p, const LaunchContext& ctx) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int kMask = 0, kValue = 1, kSelf = 2;
+  if (p.out_dtype != dtype_of<T>() || p.in[kSelf] == nullptr || p.in_dtype[kSelf] != p.out_dtype) return false;
+  if (p.in[kValue] != nullptr || p.in[kMask] == nullptr || p.in_dtype[kMask] != FL_DTYPE_BOOL) return false;
+  if (p.ndim < 1 || p.numel > 2147483647LL || p.numel % V != 0) return false;
+  if (!aligned_to(p.out, 16) || !aligned_to(p.in[kSelf], 16)) return false;
+  // out and self: dense, row-major over the coalesced dims, the same strides.
+  int64_t expected = 1;
+  for (int d = p.ndim - 1; d >= 0; --d) {
+    if (p.out_strides[d] != expected || p.in_strides[kSelf][d] != expected) return false;
+    expected *= p.sizes[d];
+  }
+  const int64_t inner_mask = p.in_strides[kMask][p.ndim - 1];
+  if (p.sizes[p.ndim - 1] % V != 0 || (inner_mask != 0 && inner_mask != 1)) return false;
+  Offsets32<1> mo;
+  int64_t furthest = 0;
+  mo.ndim = p.ndim;
+  for (int d = 0; d < p.ndim; ++d) {
+    if (p.in_strides[kMask][d] < 0) return false;
+    furthest += (p.sizes[d] - 1) * p.in_strides[kMask][d];
+    mo.div[d] = make_fast_divmod(static_cast<uint32_t>(p.sizes[d]));
+    mo.out_strides[d] = static_cast<uint32_t>(p.out_strides[d]);
+    mo.in_strides[0][d] = static_cast<uint32_t>(p.in_strides[kMask][d]);
+  }
+  if (furthest > 2147483647LL) return false;
+  const uint32_t vectors = static_cast<uint32_t>(p.numel / V);
+  masked_fill_rows<T, V><<<grid_for(vectors, kElementwiseThreads, ctx), kElementwiseThreads, 0, ctx.stream>>>(
+      static_cast<const T*>(p.in[kSelf]), static_cast<T*>(p.out), static_cast<const bool*>(p.in[kMask]), mo,
+      static_cast<uint32_t>(inner_mask), static_cast<float>(p.scalar[kValue]), vectors);
+  check_launch("masked_fill_rows");
+  return true;
+}
+
 // masked_fill.Scalar_out / Tensor_out(self, mask, value): out = mask ? value : self.
 FL_CUDA_KERNEL(k_masked_fill_out) {
   return plugin::guard([&] {
@@ -139,6 +200,9 @@ FL_CUDA_KERNEL(k_masked_fill_out) {
     const std::vector<ElementwiseInput> ins = {elementwise_input(a, 1), elementwise_input(a, 2),
                                                elementwise_input(a, 0)};
     const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    if (p.numel > 0 && (try_masked_fill_rows<float>(p, ctx) || try_masked_fill_rows<gpu_bfloat16>(p, ctx) ||
+                        try_masked_fill_rows<gpu_half>(p, ctx)))
+      return;
     const ComputeKind kind = compute_kind_for(p, {ins[2]}, true);
     launch_elementwise<WhereOp, 3>("aten::masked_fill", p, kind, OpParams{}, ctx);
   });

@@ -56,6 +56,17 @@ check("addmm transposed", lambda a, b, c: torch.addmm(c, a, b.t()), torch.randn(
 check("cat/tril/arange", lambda a: (torch.cat([a, a * 2], 1), a.tril(), torch.arange(3, 17, device=a.device) * 1.0), torch.randn(16, 16))
 check("sum/mean/amax/argmax", lambda a: (a.sum(0), a.mean((1, 2)), a.amax(-1), a.argmax(1).float()), x4)
 check("max_pool2d fwd+bwd", lambda x: F.max_pool2d(x, 2), x4, grad=True)
+causal = torch.ones(16, 16, dtype=torch.bool).tril()
+check("masked_fill, broadcast mask (f32, bf16)",
+      lambda a, m: (a.masked_fill(~m, -1e4), a.to(torch.bfloat16).masked_fill(m, 3.0)),
+      torch.randn(2, 3, 16, 16), causal)
+check("causal attention softmax fwd+bwd",
+      lambda a: a.masked_fill(~torch.ones(16, 16, dtype=torch.bool, device=a.device).tril(), float("-inf")).softmax(-1),
+      torch.randn(2, 3, 16, 16), grad=True)
+check("conv+max_pool channels_last bf16 fwd+bwd",
+      lambda x, w: F.max_pool2d(F.conv2d(x.to(torch.bfloat16).to(memory_format=torch.channels_last),
+                                         w.to(torch.bfloat16).to(memory_format=torch.channels_last), padding=1), 2),
+      x4, torch.randn(32, 16, 3, 3), grad=True, atol=1e-1, rtol=2e-2)
 
 
 def adamw_step(device):

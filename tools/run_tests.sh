@@ -18,7 +18,7 @@ else
   echo "== fuzzing skipped: clang++ not installed (tools/setup.sh installs it when it can)"
 fi
 # Core, the CPU plugin, the zoo and the Catch2 suites (the multi-thread stress test among
-# them) rebuilt and run under ASan+UBSan and under TSan: about 25 min of extra build on
+# them) rebuilt and run under ASan+UBSan and under TSan: about 16 min of extra build on
 # 2 cores. FL_TEST_SANITIZERS=asan or =tsan runs one of the two, =0 skips them (a quick
 # local run); CI runs both.
 case "${FL_TEST_SANITIZERS:-all}" in

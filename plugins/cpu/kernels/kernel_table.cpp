@@ -29,6 +29,7 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_indexing_kernels(registry);
     register_convolution_kernels(registry);
     register_pooling_kernels(registry);
+    register_foreach_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

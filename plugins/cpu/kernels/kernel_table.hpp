@@ -45,5 +45,6 @@ void register_normalization_kernels(KernelRegistry& registry);
 void register_indexing_kernels(KernelRegistry& registry);
 void register_convolution_kernels(KernelRegistry& registry);
 void register_pooling_kernels(KernelRegistry& registry);
+void register_foreach_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

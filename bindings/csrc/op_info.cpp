@@ -61,6 +61,9 @@ std::unique_ptr<OpInfo> analyse(const c10::FunctionSchema& schema) {
   auto info = std::make_unique<OpInfo>();
   info->name = qualified(schema.operator_name());
   info->convolution = schema.name().find("convolution") != std::string::npos;
+  for (const char* op : {"aten::arange", "aten::range", "aten::linspace", "aten::logspace", "aten::upsample_",
+                         "aten::_upsample_"})
+    if (info->name.rfind(op, 0) == 0) info->float_values_size_outputs = true;
   info->num_arguments = schema.arguments().size();
   info->num_returns = schema.returns().size();
   std::vector<c10::Argument> non_out;

@@ -36,6 +36,10 @@ struct OpInfo {
   // A convolution (its TF32 switch is torch.backends.cudnn.allow_tf32, as on CUDA, rather
   // than the matmul precision).
   bool convolution = false;
+  // The values of its float arguments can size its outputs (arange(0.0, 1.0, 0.1), an
+  // upsample's scale_factors): they are part of its output-metadata cache key. Elsewhere only
+  // their type is (output_meta.cpp).
+  bool float_values_size_outputs = false;
   // Per plugin (by index in the runtime's plugin list): resolved table entry, or nullptr.
   std::vector<const fl_kernel_entry*> entries;
   std::atomic<bool> entries_resolved{false};

@@ -40,19 +40,9 @@ void put_tensor(std::string& key, const at::Tensor& t) {
   if (t.dim() == 0 && t.is_cpu()) put(key, 's');  // wrapped numbers promote differently
 }
 
-// Whether the values of float arguments can change an op's output shapes or dtypes: only for
-// the ops that size their output from them (arange(0.0, 1.0, 0.1), an upsample's
-// scale_factors). Elsewhere a float
-// argument's type counts (it takes part in promotion) but not its value, so a learning rate
-// or an optimizer's per-step scalars do not make every call a cache miss.
-bool float_values_matter(const std::string& name) {
-  for (const char* op : {"aten::arange", "aten::range", "aten::linspace", "aten::logspace", "aten::upsample_",
-                         "aten::_upsample_"})
-    if (name.rfind(op, 0) == 0) return true;
-  return false;
-}
-
-// False when an argument cannot be part of a key (then no caching).
+// False when an argument cannot be part of a key (then no caching). `float_values`: whether
+// float arguments enter the key by value or only by type (OpInfo::float_values_size_outputs;
+// a learning rate or an optimizer's per-step scalars must not make every call a cache miss).
 bool put_ivalue(std::string& key, const c10::IValue& v, bool float_values) {
   if (v.isTensor()) { put_tensor(key, v.toTensor()); return true; }
   if (v.isNone()) { put(key, 'n'); return true; }
@@ -196,9 +186,8 @@ OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRe
   key.clear();
   put(key, &op.schema());
   bool cacheable = true;
-  const bool float_values = float_values_matter(info.name);
   for (const auto& v : args)
-    if (!put_ivalue(key, v, float_values)) { cacheable = false; break; }
+    if (!put_ivalue(key, v, info.float_values_size_outputs)) { cacheable = false; break; }
   if (cacheable) {
     std::shared_lock lock(cache_mutex());
     auto it = cache().find(key);

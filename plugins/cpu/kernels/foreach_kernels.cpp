@@ -137,7 +137,7 @@ fl_value int_value(int64_t i) {
   return v;
 }
 
-void run_foreach(const fl_kernel_call* call, const ForeachOp& op) {
+void run_foreach(const fl_kernel_call* call, const ForeachOp& op, const fl_kernel_entry& single) {
   Args args(call);
   const int64_t n = call->num_outputs;
   std::vector<const fl_tensor*> lists(static_cast<size_t>(op.lists));
@@ -158,7 +158,6 @@ void run_foreach(const fl_kernel_call* call, const ForeachOp& op) {
   if (op.extra == Extra::TensorOperand && (extra->kind != FL_VALUE_TENSOR || extra->u.tensor == nullptr))
     plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(op.name) + ": the scalar tensor is missing");
 
-  const fl_kernel_entry& single = single_entry(op.single, op.name);
   // Checked before anything is enqueued: what the single kernel could decline.
   auto check_tensor = [&](const fl_tensor& t, const fl_tensor& ref, int64_t i) {
     if (t.ndim < 0 || t.device == FL_DEVICE_HOST)
@@ -218,7 +217,11 @@ void run_foreach(const fl_kernel_call* call, const ForeachOp& op) {
 
 template <int Index>
 fl_status_t foreach_entry(const fl_kernel_call* call) {
-  return plugin::guard([&] { run_foreach(call, kOps[Index]); });
+  return plugin::guard([&] {
+    // Looked up once: the table is complete by the time any kernel runs.
+    static const fl_kernel_entry& single = single_entry(kOps[Index].single, kOps[Index].name);
+    run_foreach(call, kOps[Index], single);
+  });
 }
 
 template <int... I>

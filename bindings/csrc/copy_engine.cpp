@@ -194,6 +194,17 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
         return;
       }
     }
+    // Across plugins, when one side's memory is host memory (the CPU plugin): one copy between
+    // it and the other device, no staging buffer. host_alias waits for the host-side device's
+    // stream (its queued writes of src, or reads of dst); the device half is synchronous.
+    if (sdev.props.host_accessible) {
+      copy_between(dst, host_alias(src), false);
+      return;
+    }
+    if (ddev.props.host_accessible) {
+      copy_between(host_alias(dst), src, false);
+      return;
+    }
     // Across plugins (or without peer access): stage through host memory. The device-to-host
     // half waits for src's stream; the host-to-device half is ordered on dst's stream.
     at::Tensor h = at::empty(src.sizes(), src.options().device(at::kCPU));

@@ -2,10 +2,12 @@
 destination, pinned host memory."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
-from conftest import assert_same
+from conftest import BUILD, assert_same, run_python
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
           torch.int8, torch.uint8, torch.bool]
@@ -140,3 +142,47 @@ def test_clone_and_contiguous_on_fl():
 def test_large_copy():
     cpu = torch.randn(1 << 20)
     assert_same(cpu.to("fl").to("fl:1").cpu(), cpu, exact=True)
+
+
+CROSS_PLUGIN_CODE = r"""
+import json, torch, torch_fl
+devices = torch_fl.list_devices()
+cpu_dev = next(d for d in devices if d["plugin"] == "cpu")
+other = next(d for d in devices if d["plugin"] == "template")
+a, b = cpu_dev["device"], other["device"]
+base = torch.arange(60, dtype=torch.float32).reshape(5, 12) - 7.5
+results = {"host_accessible": [cpu_dev["host_accessible"], other["host_accessible"]]}
+def same(x, y):
+    return bool(torch.equal(x.cpu(), y))
+for src, dst in ((a, b), (b, a)):
+    s = base.to(src)
+    results[f"{src}->{dst} contiguous"] = same(s.to(dst), base)
+    results[f"{src}->{dst} transposed src"] = same(s.t().to(dst), base.t())
+    results[f"{src}->{dst} dtype"] = same(s.to(dst, torch.float64), base.double())
+    out = torch.zeros(12, 5, device=dst)
+    out.copy_(s.t())
+    results[f"{src}->{dst} into transposed dst"] = same(out, base.t())
+    # Written on the source device just before the copy (ordering against its stream).
+    s2 = s * 2 + 1
+    results[f"{src}->{dst} after queued work"] = same(s2.to(dst), base * 2 + 1)
+print(json.dumps(results))
+"""
+
+
+@pytest.mark.parametrize("cpu_host_accessible", ["1", "0"])
+def test_copies_between_two_plugins(tmp_path, cpu_host_accessible):
+    """The CPU plugin's fl:0 and the template plugin's device (both in one process): copies
+    each way with every layout, with the CPU plugin's memory host-accessible (one direct copy)
+    and not (staged through the host)."""
+    plugins = [BUILD / "plugins" / "cpu" / "libfl_cpu.so", BUILD / "plugins" / "template" / "libfl_template.so"]
+    if not plugins[1].exists():
+        pytest.skip("the template plugin is not in this build tree")
+    config = tmp_path / "config.yaml"
+    config.write_text("plugins:\n  enable: [cpu, template]\n")
+    r = run_python(CROSS_PLUGIN_CODE, env={"FL_CONFIG": str(config), "FL_CPU_DEVICES": "1",
+                                            "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins),
+                                            "FL_CPU_HOST_ACCESSIBLE": cpu_host_accessible})
+    assert r.returncode == 0, r.stderr[-3000:]
+    results = json.loads(r.stdout.strip().splitlines()[-1])
+    assert results.pop("host_accessible") == [cpu_host_accessible == "1", True]
+    assert results and all(results.values()), results

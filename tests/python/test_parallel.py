@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import io
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -374,3 +375,24 @@ def test_two_plugins_equal_single_device_big_batch(dtype, atol):
             torch.testing.assert_close(g, e, rtol=0, atol=atol)
     finally:
         hdp.close()
+
+
+def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
+    """The test above, run where it does not skip: the CPU plugin's fl:0 beside the template
+    plugin's device (a second vendor's device, in host memory), in a fresh process."""
+    from conftest import BUILD, run_python
+
+    plugins = [BUILD / "plugins" / "cpu" / "libfl_cpu.so", BUILD / "plugins" / "template" / "libfl_template.so"]
+    if not plugins[1].exists():
+        pytest.skip("the template plugin is not in this build tree")
+    config = tmp_path / "config.yaml"
+    config.write_text("plugins:\n  enable: [cpu, template]\n")
+    code = ("import sys, torch; sys.path.insert(0, %r); import test_parallel as t, torch_fl\n"
+            "print([d['plugin'] for d in torch_fl.list_devices()])\n"
+            "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12)\n"
+            "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5)\n"
+            "print('ok')") % str(Path(__file__).resolve().parent)
+    r = run_python(code, env={"FL_CONFIG": str(config), "FL_CPU_DEVICES": "1",
+                              "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins)}, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "['cpu', 'template']" in r.stdout and r.stdout.strip().endswith("ok"), r.stdout

@@ -427,6 +427,7 @@ class HeteroDataParallel:
         self.replicas: list[nn.Module] = []
         for d in self.devices:
             self.replicas.append(self.module if d == self.reduce_device else copies[d].to(d))
+        self._note_master()
         self.optimizer = optimizer(self.module.parameters())
         self._pool = ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="hetero-dp")
         self.broadcast()
@@ -513,31 +514,39 @@ class HeteroDataParallel:
             self.calibrate(inputs, targets, loss_fn)
         sizes = self._shard_sizes(batch)
         active = [i for i, n in enumerate(sizes) if n > 0]
-        in_parts = _split_batch(inputs, [sizes[i] for i in active])
-        tgt_parts = _split_batch(targets, [sizes[i] for i in active])
+        if len(active) == 1:
+            in_parts, tgt_parts = [inputs], [targets]
+        else:
+            in_parts = _split_batch(inputs, [sizes[i] for i in active])
+            tgt_parts = _split_batch(targets, [sizes[i] for i in active])
         if self.debug:  # update the computing replicas here, and check them, before the step
             self.broadcast([i for i in active if i in self._stale])
             self.assert_replicas_identical(active)
         start = time.perf_counter()
-        if len(active) == 1 and self.replicas[active[0]] is self.module:
-            # The master alone: run it on this thread and do not wait for the device before
-            # the optimizer step, so that the step's dispatch overlaps the backward kernels,
-            # as in a plain training loop.
-            results = {active[0]: self._run_shard(active[0], in_parts[0], tgt_parts[0], loss_fn, wait=False)}
-        else:
-            futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
-                       for i, x, y in zip(active, in_parts, tgt_parts)}
-            results = {i: f.result() for i, f in futures.items()}
-            self._reduce_gradients({i: sizes[i] / batch for i in active})
+        # The step runs with the master's device current, as a plain loop on it would: the
+        # optimizer's operators and the loss read-back then need no device switch each.
+        with device_context(self.reduce_device):
+            if len(active) == 1 and self.replicas[active[0]] is self.module:
+                # The master alone: run it on this thread and do not wait for the device before
+                # the optimizer step, so that the step's dispatch overlaps the backward kernels,
+                # as in a plain training loop.
+                results = {active[0]: self._run_shard(active[0], in_parts[0], tgt_parts[0], loss_fn, wait=False)}
+            else:
+                futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
+                           for i, x, y in zip(active, in_parts, tgt_parts)}
+                results = {i: f.result() for i, f in futures.items()}
+                self._reduce_gradients({i: sizes[i] / batch for i in active})
 
-        self.optimizer.step()
-        # Replicas receive the new weights when they next run (in their own thread), so a
-        # device that sits a step out costs no transfer.
-        self._stale = {i for i, r in enumerate(self.replicas) if r is not self.module}
-        # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
-        # Reading the losses back also waits for the optimizer step queued behind them.
-        loss = sum(float(results[i][0].cpu()) * (sizes[i] / batch) for i in active)
-        synchronize_device(self.reduce_device)
+            self.optimizer.step()
+            # Replicas receive the new weights when they next run (in their own thread), so a
+            # device that sits a step out costs no transfer.
+            self._stale = set(self._non_master)
+            # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
+            # Reading the master's loss back also waits for the optimizer step queued behind
+            # it on the same stream; when the master computed nothing, wait for the step.
+            loss = sum(float(results[i][0].cpu()) * (sizes[i] / batch) for i in active)
+            if self._master_index not in results:
+                synchronize_device(self.reduce_device)
         step_seconds = time.perf_counter() - start
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
@@ -622,7 +631,13 @@ class HeteroDataParallel:
             self.replicas[self.devices.index(old)] = displaced.to(old)
         self.replicas[index] = self.module
         self.reduce_device = new
-        self._stale = {i for i, r in enumerate(self.replicas) if r is not self.module}
+        self._note_master()
+        self._stale = set(self._non_master)
+
+    def _note_master(self) -> None:
+        """Which replica is the master, and which are not (read on every step)."""
+        self._master_index = next(i for i, r in enumerate(self.replicas) if r is self.module)
+        self._non_master = tuple(i for i, r in enumerate(self.replicas) if r is not self.module)
 
     def _time_transfer(self, index: int) -> float:
         """Seconds for the gradients to reach the reduction device and the weights to come back

@@ -411,10 +411,29 @@ typedef struct fl_device_ops {
 
   /* ---- extensions ------------------------------------------------------------------ */
 
-  /* Optional (default: none). Vendor extras by name, e.g. "nvidia.cublas_handle";
-   * returns NULL when unknown. The pointer's type is documented by the vendor. */
+  /* Optional (default: none). Extras by name; returns NULL when unknown. Thread-safe; the
+   * returned pointer is valid until shutdown. Names starting "fl." are defined here, so
+   * that the host can use a vendor's native libraries (NCCL, RCCL, HCCL) on fl memory;
+   * every other name is the vendor's, with its type documented by the vendor
+   * (e.g. "nvidia.cublas_handle").
+   *
+   *   "fl.native_device"  fl_status_t (*)(int32_t device, int32_t* ordinal)
+   *       Writes the vendor runtime's ordinal for `device` in this process (the argument of
+   *       cudaSetDevice / hipSetDevice / aclrtSetDevice). Pointers from fl_malloc on `device`
+   *       are then valid device pointers of that runtime's ordinal.
+   *   "fl.native_stream"  fl_status_t (*)(int32_t device, fl_stream_t stream, void** native)
+   *       Writes the runtime's stream handle behind `stream` (NULL: the device's default
+   *       stream): a cudaStream_t, hipStream_t or aclrtStream. Owned by the plugin, valid
+   *       while `stream` lives (the default stream: until shutdown). Work the host enqueues
+   *       on the native handle is ordered with the fl stream's work like the plugin's own. */
   void* (*get_proc_address)(const char* name);
 } fl_device_ops;
+
+/* The extras of get_proc_address that this header defines (see there). */
+#define FL_EXTRA_NATIVE_DEVICE "fl.native_device"
+#define FL_EXTRA_NATIVE_STREAM "fl.native_stream"
+typedef fl_status_t (*fl_native_device_fn)(int32_t device, int32_t* ordinal);
+typedef fl_status_t (*fl_native_stream_fn)(int32_t device, fl_stream_t stream, void** native);
 
 /* Flags for event_create. */
 enum {

@@ -32,6 +32,34 @@ std::string dtype_list(uint64_t mask) {
   return out;
 }
 
+// The "fl." extras of a device's plugin (fl_abi.h, get_proc_address): the vendor runtime's
+// ordinal and stream handle behind an fl device and stream, for native collective libraries.
+// None when the plugin does not offer them.
+template <class Fn>
+Fn plugin_extra(int device, const char* name) {
+  const auto& d = runtime().device(device);
+  auto get = d.plugin->entry(&fl_device_ops::get_proc_address);
+  return get != nullptr ? reinterpret_cast<Fn>(get(name)) : nullptr;
+}
+
+py::object native_device(int device) {
+  auto fn = plugin_extra<fl_native_device_fn>(device, FL_EXTRA_NATIVE_DEVICE);
+  if (fn == nullptr) return py::none();
+  int32_t ordinal = -1;
+  const auto& d = runtime().device(device);
+  d.plugin->check(fn(d.local, &ordinal), FL_EXTRA_NATIVE_DEVICE);
+  return py::int_(ordinal);
+}
+
+py::object native_stream(int device, int64_t stream_id) {
+  auto fn = plugin_extra<fl_native_stream_fn>(device, FL_EXTRA_NATIVE_STREAM);
+  if (fn == nullptr) return py::none();
+  void* handle = nullptr;
+  const auto& d = runtime().device(device);
+  d.plugin->check(fn(d.local, runtime().streams(device).handle(stream_id), &handle), FL_EXTRA_NATIVE_STREAM);
+  return py::int_(reinterpret_cast<uintptr_t>(handle));
+}
+
 py::list list_devices() {
   py::list out;
   auto& rt = runtime();
@@ -196,5 +224,7 @@ PYBIND11_MODULE(_C, m) {
     return py::reinterpret_borrow<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
   });
+  m.def("native_device", &native_device, py::arg("device"));
+  m.def("native_stream", &native_stream, py::arg("device"), py::arg("stream_id"));
   m.def("abi_version", [] { return std::to_string(FL_ABI_MAJOR) + "." + std::to_string(FL_ABI_MINOR); });
 }

@@ -293,7 +293,9 @@ fl_status_t plugin_event_elapsed_ms(int32_t device, fl_event_t start, fl_event_t
 
 // ---- extensions -------------------------------------------------------------------------
 
-// VENDOR: hand out extras by name ("acme.queue_handle"); document each pointer's type.
+// VENDOR: hand out extras by name ("acme.queue_handle"); document each pointer's type. If your
+// runtime has a collective library, also answer the "fl." names of fl_abi.h (the runtime's
+// device ordinal and stream handle), as the CUDA plugin does for NCCL.
 void* plugin_get_proc_address(const char* name) {
   (void)name;
   return nullptr;

@@ -1,6 +1,8 @@
 """One rank of the flccl tests (run by test_distributed.py as a separate process):
 
     python _flccl_worker.py RANK WORLD INIT_FILE BACKEND OUT
+    (FL_WORKER_DEVICES="1,2" picks each rank's fl device; FL_WORKER_ROUTE=gloo|nccl asserts
+    the group's route: tools/gpu/nccl_check.py runs it on CUDA-plugin devices)
 
 Checks every collective on fl tensors against values computed from the rank numbers (an
 AssertionError exits non-zero), then trains a float64 MLP with DistributedDataParallel on
@@ -126,10 +128,17 @@ def train_ddp(rank: int, world: int, dev: torch.device, out: str) -> None:
 
 def main() -> None:
     rank, world, init_file, backend, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+    # FL_WORKER_DEVICES="1,2": rank r trains on the r-th listed fl device (default: fl:rank).
+    listed = os.environ.get("FL_WORKER_DEVICES")
+    index = int(listed.split(",")[rank]) if listed else rank % torch.fl.device_count()
+    dev = torch.device("fl", index)
+    torch.fl.set_device(dev.index)  # before the group: it picks its route from this device
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
     assert dist.get_backend() in ("flccl", backend), dist.get_backend()
-    dev = torch.device("fl", rank % torch.fl.device_count())
-    torch.fl.set_device(dev.index)
+    route = getattr(dist.group.WORLD, "route", None)
+    print(f"route {route} on {dev}", flush=True)
+    expected_route = os.environ.get("FL_WORKER_ROUTE")
+    assert expected_route is None or route == expected_route, (route, expected_route)
     check_collectives(rank, world, dev)
     train_ddp(rank, world, dev, out)
     dist.destroy_process_group()

@@ -14,6 +14,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import torch_fl.distributed as fldist
+from torch_fl._native_collectives import unavailable_reason
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -43,10 +44,33 @@ def test_single_rank_group_in_process(tmp_path):
         pg.allreduce([t], opts)
 
 
+def test_route_is_host_staged_without_nccl(tmp_path, monkeypatch):
+    monkeypatch.delenv("FL_CCL", raising=False)
+    pg = fldist.FlProcessGroup(dist.FileStore(str(tmp_path / "auto"), 1), 0, 1)
+    assert pg.route == "gloo" and "route=gloo" in repr(pg)
+    monkeypatch.setenv("FL_CCL", "nccl")
+    reason = unavailable_reason(torch.fl.current_device())
+    assert reason  # the CPU wheel has no NCCL, and the CPU plugin no native extras
+    with pytest.raises(RuntimeError, match="FL_CCL=nccl, but the group cannot use NCCL: on this rank, " + reason):
+        fldist.FlProcessGroup(dist.FileStore(str(tmp_path / "forced"), 1), 0, 1)
+    monkeypatch.setenv("FL_CCL", "infiniband")
+    with pytest.raises(ValueError, match="FL_CCL='infiniband': expected auto, gloo or nccl"):
+        fldist.FlProcessGroup(dist.FileStore(str(tmp_path / "bad"), 1), 0, 1)
+
+
+def test_cpu_plugin_offers_no_native_handles():
+    from torch_fl import _C
+    assert _C.native_device(0) is None
+    assert _C.native_stream(0, 0) is None
+    with pytest.raises(RuntimeError, match="invalid device fl:99"):
+        _C.native_device(99)
+
+
 def _run_ranks(tmp_path: Path, backend: str, world: int = 2, timeout: float = 240):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env["FL_CPU_DEVICES"] = "2"
+    env["FL_WORKER_ROUTE"] = "gloo"  # the CPU plugin offers no native collectives
     init = tmp_path / "rendezvous"
     procs, outs = [], []
     for rank in range(world):

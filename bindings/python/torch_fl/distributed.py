@@ -18,13 +18,20 @@ one group also serves `cpu` tensors and the object collectives (`broadcast_objec
 c10d keeps a Python process group as the whole group, so with "cpu:gloo,fl:flccl" this group
 replaces the Gloo backend c10d built for "cpu".
 
+Device-direct route (NCCL): when every rank's current fl device (at group creation) is a
+CUDA-plugin device and torch has CUDA and NCCL, allreduce, broadcast, reduce, allgather,
+all_gather_into_tensor and reduce_scatter(_tensor) on fl tensors run on NCCL, on the fl memory
+and the fl device's current stream, with no host staging and no host wait
+(`torch_fl._native_collectives`). The ranks agree on the route when the group is created (an
+all-reduce of each rank's answer); `FL_CCL=gloo` forces host staging, `FL_CCL=nccl` makes a
+group that cannot use NCCL an error naming why. `FlProcessGroup.route` says which one runs.
+Gather, scatter, send, recv and barrier stay on Gloo.
+
 Not done (written here so that nobody relies on it):
-- Collectives run synchronously: the returned Work is already complete, so async_op=True gives
-  no overlap with computation, and DDP's all-reduce does not overlap backward.
-- No device-direct path: when every rank's fl device is a CUDA-plugin device and NCCL is
-  available, staging through host memory wastes two PCIe copies per collective; routing those
-  to NCCL on the plugin's native pointers needs the CUDA plugin to export its stream and
-  device ordinal (an ABI extension) — future work.
+- Host-staged collectives run synchronously: the returned Work is already complete, so
+  async_op=True gives no overlap with computation, and DDP's all-reduce does not overlap
+  backward. On the NCCL route the host does not wait, but the Work is also returned complete
+  (the fl stream is what waits).
 - ReduceOp.PREMUL_SUM and the bitwise ops on fl tensors are not supported (NotImplementedError);
   AVG is SUM followed by a division by the group size (floor division for integer tensors).
 - bfloat16 is reduced in float32 on the host (Gloo has no bfloat16 sum): results are rounded
@@ -33,11 +40,14 @@ Not done (written here so that nobody relies on it):
 from __future__ import annotations
 
 import datetime
+import os
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _create_work_from_future
+
+from torch_fl._native_collectives import NativeCollectives, unavailable_reason
 
 __all__ = ["BACKEND_NAME", "FlProcessGroup", "create_flccl_process_group", "register"]
 
@@ -88,7 +98,8 @@ class _Staged:
 
 
 class FlProcessGroup(dist.ProcessGroup):
-    """A c10d process group for fl (and cpu) tensors, host-staged over Gloo."""
+    """A c10d process group for fl (and cpu) tensors: host-staged over Gloo, or NCCL on the
+    device when every rank is on a CUDA-plugin device (`route`)."""
 
     def __init__(self, store: dist.Store, rank: int, size: int,
                  timeout: datetime.timedelta = datetime.timedelta(minutes=30)):
@@ -102,6 +113,39 @@ class FlProcessGroup(dist.ProcessGroup):
         # called on this group still run through the methods below.
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
         self._register_backend(torch.device("fl"), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
+        self._native = self._agree_on_native_route(store, timeout)
+
+    def _agree_on_native_route(self, store: dist.Store, timeout: datetime.timedelta) -> NativeCollectives | None:
+        """NCCL for fl tensors when every rank can use it (see the module's docstring)."""
+        mode = os.environ.get("FL_CCL", "auto").strip().lower()
+        if mode not in ("auto", "gloo", "nccl"):
+            raise ValueError(f"FL_CCL={mode!r}: expected auto, gloo or nccl")
+        if mode == "gloo":
+            return None
+        import torch_fl
+
+        device = torch_fl._C.current_device() if torch_fl._C.device_count() > 0 else -1
+        reason = unavailable_reason(device) if device >= 0 else "this process has no fl device"
+        votes = torch.tensor([0 if reason else 1], dtype=torch.int64)
+        opts = dist.AllreduceOptions()
+        opts.reduceOp = dist.ReduceOp.MIN
+        self._gloo.allreduce([votes], opts).wait()
+        if int(votes[0]) == 1:
+            return NativeCollectives(store, self._rank, self._size, timeout, device)
+        if mode == "nccl":
+            raise RuntimeError(f"FL_CCL=nccl, but the group cannot use NCCL: "
+                               f"{'on this rank, ' + reason if reason else 'another rank cannot'}")
+        return None
+
+    @property
+    def route(self) -> str:
+        """"nccl" when fl tensors take the device-direct route, else "gloo" (host-staged)."""
+        return "nccl" if self._native is not None else "gloo"
+
+    def _native_for(self, tensors: list[torch.Tensor]) -> NativeCollectives | None:
+        if self._native is not None and tensors and all(t.device.type == "fl" for t in tensors):
+            return self._native
+        return None
 
     # -- identity
 
@@ -115,7 +159,7 @@ class FlProcessGroup(dist.ProcessGroup):
         return self._size
 
     def __repr__(self) -> str:
-        return f"FlProcessGroup(rank={self._rank}, size={self._size})"
+        return f"FlProcessGroup(rank={self._rank}, size={self._size}, route={self.route})"
 
     # -- helpers
 
@@ -139,6 +183,10 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.AllreduceOptions()
+        native = self._native_for(tensors)
+        if native is not None:
+            native.allreduce(tensors, opts)
+            return _completed_work(tensors)
         stage = _Staged()
         host = [stage.host(t, written=True) for t in tensors]
         gopts = dist.AllreduceOptions()
@@ -158,6 +206,10 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.BroadcastOptions()
+        native = self._native_for(tensors)
+        if native is not None:
+            native.broadcast(tensors, opts)
+            return _completed_work(tensors)
         stage = _Staged()
         host = [stage.host(t, written=True) for t in tensors]
         gopts = dist.BroadcastOptions()
@@ -169,6 +221,10 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None) -> dist.Work:
+        native = self._native_for([t for outs in output_tensors for t in outs] + list(input_tensors))
+        if native is not None:
+            native.allgather(output_tensors, input_tensors)
+            return _completed_work(output_tensors)
         stage = _Staged()
         host_out = [[stage.host(t, written=True) for t in outs] for outs in output_tensors]
         host_in = [stage.host(t, written=False) for t in input_tensors]
@@ -187,6 +243,10 @@ class FlProcessGroup(dist.ProcessGroup):
         if output.numel() != input.numel() * self._size:
             raise ValueError(f"flccl all_gather_into_tensor: output has {output.numel()} elements, "
                              f"expected {input.numel()} x {self._size}")
+        native = self._native_for([output, input])
+        if native is not None:
+            native.all_gather_single(output, input)
+            return _completed_work([output])
         host_in = _host_copy(input).reshape(-1)
         host_out = torch.empty(self._size * host_in.numel(), dtype=host_in.dtype)
         self._gloo.allgather([list(host_out.chunk(self._size))], [host_in]).wait()
@@ -209,6 +269,10 @@ class FlProcessGroup(dist.ProcessGroup):
         """output[r] = reduce over ranks of input_list[r]; done as an all-reduce of the stacked
         inputs (Gloo's reduce_scatter does not take every dtype), keeping this rank's slice."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        native = self._native_for(list(output_tensors) + [t for ins in input_lists for t in ins])
+        if native is not None:
+            native.reduce_scatter(output_tensors, input_lists, opts if opts is not None else dist.ReduceScatterOptions())
+            return _completed_work(output_tensors)
         for out, inputs in zip(output_tensors, input_lists):
             stacked = torch.stack([_host_copy(t) for t in inputs])
             ar = dist.AllreduceOptions()
@@ -223,6 +287,10 @@ class FlProcessGroup(dist.ProcessGroup):
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"flccl reduce_scatter_tensor: input has {input.numel()} elements, "
                              f"expected {output.numel()} x {self._size}")
+        native = self._native_for([output, input])
+        if native is not None:
+            native.reduce_scatter_single(output, input, opts if opts is not None else dist.ReduceScatterOptions())
+            return _completed_work([output])
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
         host = _host_copy(input)
         ar = dist.AllreduceOptions()
@@ -244,6 +312,10 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.ReduceOptions()
+        native = self._native_for(tensors)
+        if native is not None:
+            native.reduce(tensors, opts)
+            return _completed_work(tensors)
         stage = _Staged()
         host = [stage.host(t, written=True) for t in tensors]
         gopts = dist.ReduceOptions()

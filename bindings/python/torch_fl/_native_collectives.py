@@ -1,0 +1,157 @@
+"""Device-direct collectives for flccl: NCCL on the memory and streams of CUDA-plugin devices.
+
+When every rank of a group trains on a device of the CUDA plugin, staging each collective
+through host memory costs two PCIe copies and a host round trip. This route runs NCCL (through
+torch's own ProcessGroupNCCL) on the fl tensors themselves:
+
+- the CUDA plugin answers the ABI's "fl.native_device" and "fl.native_stream" extras
+  (fl_abi.h, get_proc_address): the CUDA ordinal behind an fl device and the cudaStream_t
+  behind an fl stream;
+- an fl tensor's memory is a cudaMalloc pointer of that ordinal (the plugin and torch share
+  the device's primary context), so a CUDA tensor aliasing it is made through
+  `__cuda_array_interface__`, without a copy;
+- the collective is issued with the fl device's current stream as torch's current CUDA stream
+  (`torch.cuda.ExternalStream`), so NCCL starts after the work already queued on it, and
+  `work.wait()` makes that stream wait for NCCL's: later fl work on the stream sees the
+  result, and the host never blocks (as with a CUDA tensor on ProcessGroupNCCL).
+
+Requirements, checked by `unavailable_reason`: torch built with CUDA and NCCL, and the device's
+plugin offering both extras. A group uses this route only when every rank can
+(FlProcessGroup decides at creation, from the current fl device of each rank).
+"""
+from __future__ import annotations
+
+import datetime
+from typing import Any, Callable
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["NativeCollectives", "unavailable_reason"]
+
+
+def unavailable_reason(device_index: int) -> str:
+    """Why fl:`device_index` cannot use NCCL ("" when it can)."""
+    from torch_fl import _C
+
+    if not dist.is_nccl_available():
+        return "this torch build has no NCCL"
+    if not torch.cuda.is_available():
+        return "this torch build has no CUDA (or no GPU is visible to it)"
+    if _C.native_device(device_index) is None:
+        plugin = _C.list_devices()[device_index]["plugin"]
+        return f"fl:{device_index}'s plugin ({plugin}) offers no fl.native_device extra"
+    return ""
+
+
+class _CudaArray:
+    """`nbytes` bytes at `pointer`, as __cuda_array_interface__ describes them (no copy)."""
+
+    def __init__(self, pointer: int, nbytes: int):
+        self.__cuda_array_interface__ = {"shape": (nbytes,), "typestr": "|u1", "data": (pointer, False),
+                                         "version": 2}
+
+
+class NativeCollectives:
+    """ProcessGroupNCCL over one CUDA-plugin fl device per rank."""
+
+    def __init__(self, store: dist.Store, rank: int, size: int, timeout: datetime.timedelta, device_index: int):
+        from torch_fl import _C
+
+        self._C = _C
+        self.device = torch.device("fl", device_index)
+        self.ordinal = int(_C.native_device(device_index))
+        self.cuda_device = torch.device("cuda", self.ordinal)
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        options.is_high_priority_stream = False
+        self.group = dist.ProcessGroupNCCL(dist.PrefixStore("flccl-nccl/", store), rank, size, options)
+        self._streams: dict[int, torch.cuda.ExternalStream] = {}
+
+    def __repr__(self) -> str:
+        return f"NativeCollectives(NCCL on {self.device} = {self.cuda_device})"
+
+    # -- tensors and streams
+
+    def _check(self, t: torch.Tensor) -> None:
+        if t.device != self.device:
+            raise ValueError(f"flccl (NCCL route): a tensor on {t.device}, but this rank's group runs on "
+                             f"{self.device} (call torch.fl.set_device before init_process_group, or set "
+                             f"FL_CCL=gloo for host-staged collectives)")
+
+    def _alias(self, t: torch.Tensor) -> torch.Tensor:
+        """A CUDA tensor over t's memory (t contiguous, on self.device)."""
+        if t.numel() == 0:
+            return torch.empty(t.shape, dtype=t.dtype, device=self.cuda_device)
+        raw = torch.as_tensor(_CudaArray(t.data_ptr(), t.numel() * t.element_size()), device=self.cuda_device)
+        return raw.view(t.dtype).view(t.shape)
+
+    def _stream(self) -> torch.cuda.ExternalStream:
+        stream_id = torch.fl.current_stream(self.device.index).stream_id
+        handle = int(self._C.native_stream(self.device.index, stream_id))
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = torch.cuda.ExternalStream(handle, device=self.cuda_device)
+            self._streams[handle] = stream
+        return stream
+
+    def run(self, collective: Callable[..., dist.Work], written: list[torch.Tensor],
+            read: list[torch.Tensor], shape: Callable[[list[torch.Tensor], list[torch.Tensor]], tuple]) -> None:
+        """Runs `collective(*shape(written_aliases, read_aliases))` on the current fl stream.
+        Non-contiguous tensors go through contiguous fl temporaries (written ones are copied
+        back, on the same stream)."""
+        for t in written + read:
+            self._check(t)
+        staged_written = [t if t.is_contiguous() else t.contiguous() for t in written]
+        staged_read = [t if t.is_contiguous() else t.contiguous() for t in read]
+        with torch.cuda.device(self.ordinal), torch.cuda.stream(self._stream()):
+            work = collective(*shape([self._alias(t) for t in staged_written],
+                                     [self._alias(t) for t in staged_read]))
+            work.wait()  # the fl stream waits for NCCL's stream; the host does not block
+        with torch.no_grad():
+            for original, staged in zip(written, staged_written):
+                if staged is not original:
+                    original.copy_(staged)
+
+    # -- the collectives flccl routes here
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any) -> None:
+        self.run(self.group.allreduce, tensors, [], lambda w, r: (w, opts))
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any) -> None:
+        self.run(self.group.broadcast, tensors, [], lambda w, r: (w, opts))
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any) -> None:
+        self.run(self.group.reduce, tensors, [], lambda w, r: (w, opts))
+
+    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor]) -> None:
+        flat = [t for outs in outputs for t in outs]
+        per = [len(outs) for outs in outputs]
+
+        def shape(w, r):
+            lists, k = [], 0
+            for n in per:
+                lists.append(w[k:k + n])
+                k += n
+            return lists, r
+
+        self.run(self.group.allgather, flat, inputs, shape)
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor) -> None:
+        self.run(self.group._allgather_base, [output], [input], lambda w, r: (w[0], r[0]))
+
+    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any) -> None:
+        self.run(self.group._reduce_scatter_base, [output], [input], lambda w, r: (w[0], r[0], opts))
+
+    def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any) -> None:
+        flat = [t for ins in input_lists for t in ins]
+        per = [len(ins) for ins in input_lists]
+
+        def shape(w, r):
+            lists, k = [], 0
+            for n in per:
+                lists.append(r[k:k + n])
+                k += n
+            return w, lists, opts
+
+        self.run(self.group.reduce_scatter, outputs, flat, shape)

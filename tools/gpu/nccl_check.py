@@ -1,0 +1,89 @@
+"""flccl's NCCL route on a machine with two or more CUDA-plugin devices: two ranks (processes)
+run every collective check and the DDP training of tests/python/_flccl_worker.py, once on the
+NCCL route and once host-staged (FL_CCL=gloo), then this script checks that
+
+- each run's route is the one asked for (the worker asserts it);
+- the two ranks hold bit-identical parameters after DDP training;
+- those equal a single-process big-batch run on the first CUDA-plugin device (float64,
+  |diff| <= 1e-12), on both routes.
+
+    python tools/gpu/nccl_check.py            # exit 0 when every check passes
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+TESTS = HERE.parents[1] / "tests" / "python"
+sys.path.insert(0, str(TESTS))
+
+import torch_fl  # noqa: E402
+import _flccl_worker as worker  # noqa: E402
+
+
+def cuda_plugin_devices() -> list[int]:
+    return [d["index"] for d in torch_fl.list_devices() if d["plugin"] == "cuda"]
+
+
+def run_ranks(devices: list[int], route: str, workdir: Path) -> list[list[torch.Tensor]]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env["FL_WORKER_DEVICES"] = ",".join(str(d) for d in devices)
+    env["FL_WORKER_ROUTE"] = route
+    env["FL_CCL"] = route
+    init = workdir / f"rendezvous-{route}"
+    outs = [workdir / f"params-{route}-{r}.pt" for r in range(len(devices))]
+    procs = [subprocess.Popen([sys.executable, str(TESTS / "_flccl_worker.py"), str(r), str(len(devices)),
+                               str(init), "flccl", str(outs[r])],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(len(devices))]
+    failed = False
+    for r, p in enumerate(procs):
+        log = p.communicate(timeout=300)[0]
+        print(f"---- rank {r} ({route}), exit {p.returncode}\n{log}", flush=True)
+        failed |= p.returncode != 0
+    if failed:
+        raise SystemExit(f"{route}: a rank failed")
+    return [torch.load(o) for o in outs]
+
+
+def reference(device: int) -> list[torch.Tensor]:
+    dev = torch.device("fl", device)
+    model = worker.make_model().to(dev)
+    opt = worker.make_optimizer(model.parameters())
+    for x, y in worker.make_data():
+        opt.zero_grad()
+        F.cross_entropy(model(x.to(dev)), y.to(dev)).backward()
+        opt.step()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+def main() -> int:
+    devices = cuda_plugin_devices()
+    print("CUDA-plugin devices:", [f"fl:{d}" for d in devices])
+    if len(devices) < 2:
+        print("needs two CUDA-plugin devices; nothing run")
+        return 1
+    devices = devices[:2]
+    expected = reference(devices[0])
+    ok = True
+    with tempfile.TemporaryDirectory() as tmp:
+        for route in ("nccl", "gloo"):
+            ranks = run_ranks(devices, route, Path(tmp))
+            identical = all(torch.equal(a, b) for a, b in zip(*ranks))
+            diff = max(float((g - e).abs().max()) for g, e in zip(ranks[0], expected))
+            print(f"{route}: ranks bit-identical: {identical}; max |params - single-process big batch| = {diff:.3e}")
+            ok &= identical and diff <= 1e-12
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -50,8 +50,6 @@ void check_dnn(cudnnStatus_t status, const char* what) {
   plugin::raise(FL_ERR_DEVICE, std::string(what) + ": " + cudnnGetErrorString(status));
 }
 
-enum class Pass { Forward = 0, BackwardData = 1, BackwardFilter = 2 };
-
 // Everything an algorithm choice depends on.
 using ConvKey = std::tuple<int, int, std::array<int64_t, 4>, std::array<int64_t, 4>, std::array<int, 6>, int, int>;
 
@@ -238,7 +236,7 @@ void check_4d(const fl_tensor& t, const char* what, const char* name) {
       plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": dimension beyond int32");
 }
 
-ConvKey make_key(Pass pass, const fl_tensor& x, const fl_tensor& w, const ConvParams& p, uint32_t flags,
+ConvKey make_key(ConvGraphPass pass, const fl_tensor& x, const fl_tensor& w, const ConvParams& p, uint32_t flags,
                  Layout layout) {
   return ConvKey{static_cast<int>(pass), static_cast<int>(x.dtype),
                  {x.shape[0], x.shape[1], x.shape[2], x.shape[3]},
@@ -322,6 +320,88 @@ ConvGraphParams graph_params(const ConvParams& p, bool precise, bool determinist
                          precise, deterministic};
 }
 
+// The legacy API of each pass. All three passes' functions take their operands in one order:
+// first input, second input, convolution, output.
+template <ConvGraphPass P>
+struct LegacyPass;
+template <>
+struct LegacyPass<ConvGraphPass::Forward> {
+  using Perf = cudnnConvolutionFwdAlgoPerf_t;
+  using Algo = cudnnConvolutionFwdAlgo_t;
+  static constexpr auto get = cudnnGetConvolutionForwardAlgorithm_v7;
+  static constexpr auto workspace = cudnnGetConvolutionForwardWorkspaceSize;
+  static constexpr auto run = cudnnConvolutionForward;
+  static constexpr const char* get_name = "cudnnGetConvolutionForwardAlgorithm_v7";
+  static constexpr const char* name = "cudnnConvolutionForward";
+};
+template <>
+struct LegacyPass<ConvGraphPass::BackwardData> {
+  using Perf = cudnnConvolutionBwdDataAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdDataAlgo_t;
+  static constexpr auto get = cudnnGetConvolutionBackwardDataAlgorithm_v7;
+  static constexpr auto workspace = cudnnGetConvolutionBackwardDataWorkspaceSize;
+  static constexpr auto run = cudnnConvolutionBackwardData;
+  static constexpr const char* get_name = "cudnnGetConvolutionBackwardDataAlgorithm_v7";
+  static constexpr const char* name = "cudnnConvolutionBackwardData";
+};
+template <>
+struct LegacyPass<ConvGraphPass::BackwardFilter> {
+  using Perf = cudnnConvolutionBwdFilterAlgoPerf_t;
+  using Algo = cudnnConvolutionBwdFilterAlgo_t;
+  static constexpr auto get = cudnnGetConvolutionBackwardFilterAlgorithm_v7;
+  static constexpr auto workspace = cudnnGetConvolutionBackwardFilterWorkspaceSize;
+  static constexpr auto run = cudnnConvolutionBackwardFilter;
+  static constexpr const char* get_name = "cudnnGetConvolutionBackwardFilterAlgorithm_v7";
+  static constexpr const char* name = "cudnnConvolutionBackwardFilter";
+};
+
+// What the passes of one call share. x and w are the call's input and weight (they key the
+// algorithm cache).
+struct ConvCall {
+  ConvDevice& dev;
+  cudnnHandle_t handle;
+  const ConvDesc& conv;
+  const LaunchContext& ctx;
+  const fl_tensor& x;
+  const fl_tensor& w;
+  const ConvParams& p;
+  uint32_t flags;
+  Layout layout;
+  bool no_tf32;
+  bool deterministic;
+};
+
+// Runs pass P: through a graph plan when there is one, else through the legacy API with
+// run_with_algo. `graph` holds the operands in their forward roles; (d1, in1), (d2, in2) and
+// (dout, out) are the legacy API's inputs and output in its argument order.
+template <ConvGraphPass P, class D1, class D2, class DOut>
+void run_pass(const ConvCall& c, const ConvGraphOperands& graph, const D1& d1, const PackedOperand& in1,
+              const D2& d2, const PackedOperand& in2, const DOut& dout, const PackedOperand& out) {
+  using Api = LegacyPass<P>;
+  if (run_conv_graph(P, c.ctx.device, c.handle, graph, graph_params(c.p, c.no_tf32, c.deterministic), c.ctx.stream))
+    return;
+  const cudnnHandle_t h = c.handle;
+  const fl_dtype_t dt = c.x.dtype;
+  const Scalars sc;
+  auto list = [&] {
+    return candidates<typename Api::Perf>(
+        [&](int n, int* got, typename Api::Perf* perf) {
+          return Api::get(h, d1.d, d2.d, c.conv.d, dout.d, n, got, perf);
+        },
+        c.deterministic, c.no_tf32, Api::get_name);
+  };
+  auto run = [&](int algo) -> cudnnStatus_t {
+    const auto alg = static_cast<typename Api::Algo>(algo);
+    size_t ws_bytes = 0;
+    cudnnStatus_t st = Api::workspace(h, d1.d, d2.d, c.conv.d, dout.d, alg, &ws_bytes);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    ScratchBuffer ws(ws_bytes, c.ctx.stream);
+    return Api::run(h, sc.one(dt), d1.d, in1.data<const void>(), d2.d, in2.data<const void>(), c.conv.d, alg,
+                    ws.get(), ws_bytes, sc.zero(dt), dout.d, out.data());
+  };
+  run_with_algo(c.dev, c.conv.d, make_key(P, c.x, c.w, c.p, c.flags, c.layout), list, run, Api::name);
+}
+
 bool requested(const Args& a, int32_t i) {
   return i < a.num_outputs() && !plugin::is_undefined(a.output(i)) && a.output(i).data != nullptr;
 }
@@ -382,34 +462,11 @@ FL_CUDA_KERNEL(k_convolution) {
     set_tensor(yd, py.get());
     set_filter(wd, pw.get(), layout);
     set_conv(cd, p, x.dtype, precise);
-    const Scalars sc;
     ConvDevice& dev = conv_device(ctx.device);
     {
       std::lock_guard<std::mutex> lock(dev.mutex);
-      cudnnHandle_t h = handle_for(dev, ctx.stream);
-      const ConvGraphOperands graph_ops{&px.get(), &pw.get(), &py.get()};
-      const bool ran = run_conv_graph(ConvGraphPass::Forward, ctx.device, h, graph_ops,
-                                      graph_params(p, no_tf32, deterministic), ctx.stream);
-      auto list = [&] {
-        return candidates<cudnnConvolutionFwdAlgoPerf_t>(
-            [&](int n, int* got, cudnnConvolutionFwdAlgoPerf_t* perf) {
-              return cudnnGetConvolutionForwardAlgorithm_v7(h, xd.d, wd.d, cd.d, yd.d, n, got, perf);
-            },
-            deterministic, no_tf32, "cudnnGetConvolutionForwardAlgorithm_v7");
-      };
-      auto run = [&](int algo) -> cudnnStatus_t {
-        const auto alg = static_cast<cudnnConvolutionFwdAlgo_t>(algo);
-        size_t ws_bytes = 0;
-        cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(h, xd.d, wd.d, cd.d, yd.d, alg, &ws_bytes);
-        if (st != CUDNN_STATUS_SUCCESS) return st;
-        ScratchBuffer ws(ws_bytes, ctx.stream);
-        return cudnnConvolutionForward(h, sc.one(x.dtype), xd.d, px.data<const void>(), wd.d,
-                                       pw.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
-                                       sc.zero(x.dtype), yd.d, py.data());
-      };
-      if (!ran)
-        run_with_algo(dev, cd.d, make_key(Pass::Forward, x, w, p, call->flags, layout), list, run,
-                      "cudnnConvolutionForward");
+      const ConvCall c{dev, handle_for(dev, ctx.stream), cd, ctx, x, w, p, call->flags, layout, no_tf32, deterministic};
+      run_pass<ConvGraphPass::Forward>(c, {&px.get(), &pw.get(), &py.get()}, xd, px, wd, pw, yd, py);
     }
     py.finish();
     if (bias != nullptr) add_bias(y, *bias, ctx);
@@ -476,67 +533,21 @@ FL_CUDA_KERNEL(k_convolution_backward) {
       set_tensor(dyd, pdy.get());
       set_filter(wd, pw.get(), layout);
       set_conv(cd, p, x.dtype, precise);
-      const Scalars sc;
       ConvDevice& dev = conv_device(ctx.device);
       std::lock_guard<std::mutex> lock(dev.mutex);
-      cudnnHandle_t h = handle_for(dev, ctx.stream);
+      const ConvCall c{dev, handle_for(dev, ctx.stream), cd, ctx, x, w, p, call->flags, layout, no_tf32, deterministic};
       if (want_dx) {
         const PackedOperand pdx(a.output(0), layout, true, ctx);
         TensorDesc dxd;
         set_tensor(dxd, pdx.get());
-        const ConvGraphOperands graph_ops{&pdx.get(), &pw.get(), &pdy.get()};
-        const bool ran = run_conv_graph(ConvGraphPass::BackwardData, ctx.device, h, graph_ops,
-                                        graph_params(p, no_tf32, deterministic), ctx.stream);
-        auto list = [&] {
-          return candidates<cudnnConvolutionBwdDataAlgoPerf_t>(
-              [&](int n, int* got, cudnnConvolutionBwdDataAlgoPerf_t* perf) {
-                return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd.d, dyd.d, cd.d, dxd.d, n, got, perf);
-              },
-              deterministic, no_tf32, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-        };
-        auto run = [&](int algo) -> cudnnStatus_t {
-          const auto alg = static_cast<cudnnConvolutionBwdDataAlgo_t>(algo);
-          size_t ws_bytes = 0;
-          cudnnStatus_t st = cudnnGetConvolutionBackwardDataWorkspaceSize(h, wd.d, dyd.d, cd.d, dxd.d, alg, &ws_bytes);
-          if (st != CUDNN_STATUS_SUCCESS) return st;
-          ScratchBuffer ws(ws_bytes, ctx.stream);
-          return cudnnConvolutionBackwardData(h, sc.one(x.dtype), wd.d, pw.data<const void>(), dyd.d,
-                                              pdy.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
-                                              sc.zero(x.dtype), dxd.d, pdx.data());
-        };
-        if (!ran)
-          run_with_algo(dev, cd.d, make_key(Pass::BackwardData, x, w, p, call->flags, layout), list, run,
-                        "cudnnConvolutionBackwardData");
+        run_pass<ConvGraphPass::BackwardData>(c, {&pdx.get(), &pw.get(), &pdy.get()}, wd, pw, dyd, pdy, dxd, pdx);
         pdx.finish();
       }
       if (want_dw) {
         const PackedOperand pdw(a.output(1), layout, true, ctx);
         FilterDesc dwd;
         set_filter(dwd, pdw.get(), layout);
-        const ConvGraphOperands graph_ops{&px.get(), &pdw.get(), &pdy.get()};
-        const bool ran = run_conv_graph(ConvGraphPass::BackwardFilter, ctx.device, h, graph_ops,
-                                        graph_params(p, no_tf32, deterministic), ctx.stream);
-        auto list = [&] {
-          return candidates<cudnnConvolutionBwdFilterAlgoPerf_t>(
-              [&](int n, int* got, cudnnConvolutionBwdFilterAlgoPerf_t* perf) {
-                return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd.d, dyd.d, cd.d, dwd.d, n, got, perf);
-              },
-              deterministic, no_tf32, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-        };
-        auto run = [&](int algo) -> cudnnStatus_t {
-          const auto alg = static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo);
-          size_t ws_bytes = 0;
-          cudnnStatus_t st =
-              cudnnGetConvolutionBackwardFilterWorkspaceSize(h, xd.d, dyd.d, cd.d, dwd.d, alg, &ws_bytes);
-          if (st != CUDNN_STATUS_SUCCESS) return st;
-          ScratchBuffer ws(ws_bytes, ctx.stream);
-          return cudnnConvolutionBackwardFilter(h, sc.one(x.dtype), xd.d, px.data<const void>(), dyd.d,
-                                                pdy.data<const void>(), cd.d, alg, ws.get(), ws_bytes,
-                                                sc.zero(x.dtype), dwd.d, pdw.data());
-        };
-        if (!ran)
-          run_with_algo(dev, cd.d, make_key(Pass::BackwardFilter, x, w, p, call->flags, layout), list, run,
-                        "cudnnConvolutionBackwardFilter");
+        run_pass<ConvGraphPass::BackwardFilter>(c, {&px.get(), &pdw.get(), &pdy.get()}, xd, px, dyd, pdy, dwd, pdw);
         pdw.finish();
       }
     }

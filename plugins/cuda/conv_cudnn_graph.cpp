@@ -110,38 +110,30 @@ std::shared_ptr<const ConvPlan> build_plan(ConvGraphPass pass, cudnnHandle_t han
       .set_compute_data_type(dt == FL_DTYPE_FLOAT64 ? fe::DataType_t::DOUBLE : fe::DataType_t::FLOAT);
   const std::vector<int64_t> pad = {p.pad[0], p.pad[1]}, stride = {p.stride[0], p.stride[1]},
                              dilation = {p.dilation[0], p.dilation[1]};
+  // The settings every pass shares, on the pass's attribute type.
+  auto attributes = [&](auto a) {
+    return a.set_convolution_mode(fe::ConvolutionMode_t::CROSS_CORRELATION)
+        .set_padding(pad)
+        .set_stride(stride)
+        .set_dilation(dilation);
+  };
   switch (pass) {
     case ConvGraphPass::Forward: {
       auto x = input(*g, "x", kUidX, *ops.x);
       auto w = input(*g, "w", kUidW, *ops.w);
-      auto y = g->conv_fprop(x, w, fe::graph::Conv_fprop_attributes()
-                                       .set_convolution_mode(fe::ConvolutionMode_t::CROSS_CORRELATION)
-                                       .set_padding(pad)
-                                       .set_stride(stride)
-                                       .set_dilation(dilation));
-      mark_output(y, kUidY, *ops.y);
+      mark_output(g->conv_fprop(x, w, attributes(fe::graph::Conv_fprop_attributes())), kUidY, *ops.y);
       break;
     }
     case ConvGraphPass::BackwardData: {
       auto dy = input(*g, "dy", kUidY, *ops.y);
       auto w = input(*g, "w", kUidW, *ops.w);
-      auto dx = g->conv_dgrad(dy, w, fe::graph::Conv_dgrad_attributes()
-                                         .set_convolution_mode(fe::ConvolutionMode_t::CROSS_CORRELATION)
-                                         .set_padding(pad)
-                                         .set_stride(stride)
-                                         .set_dilation(dilation));
-      mark_output(dx, kUidX, *ops.x);
+      mark_output(g->conv_dgrad(dy, w, attributes(fe::graph::Conv_dgrad_attributes())), kUidX, *ops.x);
       break;
     }
     case ConvGraphPass::BackwardFilter: {
       auto dy = input(*g, "dy", kUidY, *ops.y);
       auto x = input(*g, "x", kUidX, *ops.x);
-      auto dw = g->conv_wgrad(dy, x, fe::graph::Conv_wgrad_attributes()
-                                         .set_convolution_mode(fe::ConvolutionMode_t::CROSS_CORRELATION)
-                                         .set_padding(pad)
-                                         .set_stride(stride)
-                                         .set_dilation(dilation));
-      mark_output(dw, kUidW, *ops.w);
+      mark_output(g->conv_wgrad(dy, x, attributes(fe::graph::Conv_wgrad_attributes())), kUidW, *ops.w);
       break;
     }
   }

@@ -139,19 +139,12 @@ __global__ void masked_fill_rows(const T* __restrict__ self, T* out, const bool*
                                  Offsets32<1> mo, uint32_t mask_inner_stride, float value, uint32_t vectors) {
   const T fill = convert<T>(value);
   for (uint32_t i = blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += gridDim.x * blockDim.x) {
-    uint32_t rem = i * V, moff = 0;
-#pragma unroll
-    for (int d = kMaxDims - 1; d >= 0; --d) {
-      if (d >= mo.ndim) continue;
-      uint32_t q, idx;
-      mo.div[d].divmod(rem, q, idx);
-      rem = q;
-      moff += idx * mo.in_strides[0][d];
-    }
+    uint32_t out_off = 0, moff[1] = {};  // out_off: unused (out is dense)
+    mo.add_offsets(i * V, out_off, moff);
     const AlignedVector<T, V> x = reinterpret_cast<const AlignedVector<T, V>*>(self)[i];
     AlignedVector<T, V> r;
 #pragma unroll
-    for (int j = 0; j < V; ++j) r.v[j] = mask[moff + j * mask_inner_stride] ? fill : x.v[j];
+    for (int j = 0; j < V; ++j) r.v[j] = mask[moff[0] + j * mask_inner_stride] ? fill : x.v[j];
     reinterpret_cast<AlignedVector<T, V>*>(out)[i] = r;
   }
 }
@@ -173,17 +166,9 @@ bool try_masked_fill_rows(const ElementwiseOperands& p, const LaunchContext& ctx
   }
   const int64_t inner_mask = p.in_strides[kMask][p.ndim - 1];
   if (p.sizes[p.ndim - 1] % V != 0 || (inner_mask != 0 && inner_mask != 1)) return false;
-  Offsets32<1> mo;
-  int64_t furthest = 0;
-  mo.ndim = p.ndim;
-  for (int d = 0; d < p.ndim; ++d) {
-    if (p.in_strides[kMask][d] < 0) return false;
-    furthest += (p.sizes[d] - 1) * p.in_strides[kMask][d];
-    mo.div[d] = make_fast_divmod(static_cast<uint32_t>(p.sizes[d]));
-    mo.out_strides[d] = static_cast<uint32_t>(p.out_strides[d]);
-    mo.in_strides[0][d] = static_cast<uint32_t>(p.in_strides[kMask][d]);
-  }
-  if (furthest > 2147483647LL) return false;
+  static_assert(kMask == 0, "Offsets32<1> describes input 0");
+  Offsets32<1> mo;  // the mask's offsets (out, dense, always fits)
+  if (!offsets32<1>(p, mo)) return false;
   const uint32_t vectors = static_cast<uint32_t>(p.numel / V);
   masked_fill_rows<T, V><<<grid_for(vectors, kElementwiseThreads, ctx), kElementwiseThreads, 0, ctx.stream>>>(
       static_cast<const T*>(p.in[kSelf]), static_cast<T*>(p.out), static_cast<const bool*>(p.in[kMask]), mo,

@@ -15,6 +15,10 @@
 #   example_cnn   examples/train_cnn.py on fl:0 (the CUDA plugin only), then on cuda:0 apart
 #   bench_compare bench/compare.py --native cuda:0 --fl fl:0
 #   profile       bench/profile_step.py per training model, cuda:0 then fl:0
+#   check_ops     tools/gpu/check_against_cpu.py: ops and an AdamW step against PyTorch's CPU
+#   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
+#   hetero_gpus   bench/hetero.py on two CUDA devices, and on CPU + two CUDA (2-GPU machines)
+#   nccl          tools/gpu/nccl_check.py and bench/collectives.py (2-GPU machines)
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
 #
 # Environment: FL_GPU_VENV (default /opt/torch/.venv), OUT, FL_BUILD_DIR (default build-gpu),
@@ -147,13 +151,51 @@ step_check_ops() {
   "$PY" tools/gpu/check_against_cpu.py fl:0
 }
 
-# Heterogeneous data parallel: the CUDA device and a CPU-plugin device in one process.
-step_hetero() {
+# Heterogeneous data parallel: the CUDA device and a CPU-plugin device in one process (bench
+# and the example), then, on a machine with two GPUs, two CUDA devices and all three.
+both_plugins_env() {
   python_env
   export FL_PLUGIN_PATH="$CUDA_SO:$ROOT/$BUILD/plugins/cpu/libfl_cpu.so"
+}
+
+first_device_of() {  # first_device_of PLUGIN -> fl:N
+  "$PY" -c "import sys, torch_fl; print(next(d['device'] for d in torch_fl.list_devices() if d['plugin'] == sys.argv[1]))" "$1"
+}
+
+step_hetero() {
+  both_plugins_env
   "$PY" -c "import torch_fl; [print(d['device'], d['plugin'], d['name']) for d in torch_fl.list_devices()]"
-  timeout 240 "$PY" bench/hetero.py --devices fl:0 fl:1 --workloads ${FL_HETERO_WORKLOADS:-mlp cnn} \
-    --steps 20 --repeats 2 --json "$OUT/hetero.json"
+  local rc=0
+  # shellcheck disable=SC2086
+  timeout 420 "$PY" bench/hetero.py --devices cpu cuda --workloads ${FL_HETERO_WORKLOADS:-mlp cnn convnet} \
+    --steps 20 --repeats 2 --json "$OUT/hetero.json" || rc=1
+  timeout 180 "$PY" examples/hetero_train.py --devices "$(first_device_of cpu)" "$(first_device_of cuda)" \
+    --epochs 3 || rc=1
+  return $rc
+}
+
+step_hetero_gpus() {
+  both_plugins_env
+  local n
+  n=$("$PY" -c "import torch_fl; print(sum(d['plugin'] == 'cuda' for d in torch_fl.list_devices()))")
+  if (( n < 2 )); then echo "one CUDA device: nothing to run"; return 0; fi
+  local rc=0
+  # shellcheck disable=SC2086
+  timeout 300 "$PY" bench/hetero.py --devices cuda cuda --workloads ${FL_HETERO_GPU_WORKLOADS:-convnet cnn} \
+    --steps 20 --repeats 2 --json "$OUT/hetero_gpus.json" || rc=1
+  timeout 300 "$PY" bench/hetero.py --devices cpu cuda cuda --workloads convnet \
+    --steps 20 --repeats 2 --json "$OUT/hetero_three.json" || rc=1
+  return $rc
+}
+
+# torch.distributed on fl: flccl's NCCL route against host staging (tools/gpu/nccl_check.py),
+# and all_reduce bandwidth beside native NCCL (bench/collectives.py). Needs two GPUs.
+step_nccl() {
+  both_plugins_env
+  local rc=0
+  timeout 300 "$PY" tools/gpu/nccl_check.py || rc=1
+  timeout 400 "$PY" bench/collectives.py --json "$OUT/collectives.json" || rc=1
+  return $rc
 }
 
 # Where a training step's time goes, each model on both sides (separate processes): wall time,

@@ -11,9 +11,11 @@ torch's own ProcessGroupNCCL) on the fl tensors themselves:
   the device's primary context), so a CUDA tensor aliasing it is made through
   `__cuda_array_interface__`, without a copy;
 - the collective is issued with the fl device's current stream as torch's current CUDA stream
-  (`torch.cuda.ExternalStream`), so NCCL starts after the work already queued on it, and
-  `work.wait()` makes that stream wait for NCCL's: later fl work on the stream sees the
-  result, and the host never blocks (as with a CUDA tensor on ProcessGroupNCCL).
+  (`torch.cuda.ExternalStream`), so NCCL starts after the work already queued on it. A
+  blocking call (`opts.asyncOp` False) runs NCCL on that stream itself; an async one runs it
+  on NCCL's stream, and `work.wait()` makes the fl stream wait for it. Either way later fl
+  work on the stream sees the result and the host never blocks (as with a CUDA tensor on
+  ProcessGroupNCCL).
 
 Requirements, checked by `unavailable_reason`: torch built with CUDA and NCCL, and the device's
 plugin offering both extras. A group uses this route only when every rank can
@@ -107,7 +109,11 @@ class NativeCollectives:
         with torch.cuda.device(self.ordinal), torch.cuda.stream(self._stream()):
             work = collective(*shape([self._alias(t) for t in staged_written],
                                      [self._alias(t) for t in staged_read]))
-            work.wait()  # the fl stream waits for NCCL's stream; the host does not block
+            # opts.asyncOp False (a blocking call): NCCL ran on the current stream, the fl
+            # stream itself, and torch returns no Work. True: it ran on NCCL's own stream, and
+            # wait() makes the current stream wait for it; the host does not block either way.
+            if work is not None:
+                work.wait()
         with torch.no_grad():
             for original, staged in zip(written, staged_written):
                 if staged is not original:

@@ -89,7 +89,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     hdp = HeteroDataParallel(DigitsCNN(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
                              rebalance_every=args.rebalance_every)
-    pair_rates = []
+    pair_samples, pair_seconds = 0, 0.0
     for epoch in range(args.epochs):
         losses, shards, samples = [], {}, 0
         start = time.perf_counter()
@@ -97,9 +97,11 @@ def main() -> None:
             losses.append(hdp.train_step(xb, yb, F.cross_entropy))
             shards[tuple(hdp.last_shards)] = shards.get(tuple(hdp.last_shards), 0) + 1
             samples += len(xb)
-        rate = samples / (time.perf_counter() - start)
+        seconds = time.perf_counter() - start
+        rate = samples / seconds
         if epoch > 0:  # the first epoch includes calibration
-            pair_rates.append(rate)
+            pair_samples += samples
+            pair_seconds += seconds
         split = ", ".join(f"{list(s)} x{n}" for s, n in sorted(shards.items(), key=lambda kv: -kv[1]))
         print(f"epoch {epoch + 1}: loss {sum(losses) / len(losses):.4f}, {rate:8.0f} samples/s, "
               f"shards ({' / '.join(args.devices)}): {split}")
@@ -108,10 +110,11 @@ def main() -> None:
         pred = hdp(xte.to(hdp.reduce_device)).argmax(dim=1).cpu()
     accuracy = (pred == yte).float().mean().item()
     hdp.close()
-    pair = max(pair_rates) if pair_rates else rate
+    # Every step after the calibration epoch counts, probes and re-balances included.
+    pair = pair_samples / pair_seconds if pair_seconds > 0 else rate
     fastest, total = max(alone.values()), sum(alone.values())
     print(f"test accuracy {accuracy:.4f}")
-    print(f"pair {pair:.0f} samples/s (best epoch after calibration) = {pair / fastest:.2f} x fastest alone "
+    print(f"pair {pair:.0f} samples/s (all epochs after calibration) = {pair / fastest:.2f} x fastest alone "
           f"({'meets' if pair >= fastest else 'misses'} >= 1.0), {pair / total:.2f} x sum "
           f"({'meets' if pair >= 0.9 * total else 'misses'} >= 0.9)")
     print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items() if k in ("slowdown", "measured")})

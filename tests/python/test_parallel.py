@@ -101,6 +101,57 @@ def test_probes_skip_a_device_far_slower_than_the_best():
     assert chosen.count((64, 0)) + chosen.count((59, 5)) == 30  # which is within the limit
 
 
+def test_a_split_that_keeps_losing_is_probed_ever_more_rarely():
+    b = ThroughputBalancer(2, probe_every=2, probe_limit=3.0)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])   # 1 ms / sample alone
+    b.calibrate(1, [(16, 0.032), (64, 0.128)])   # 2 ms / sample alone
+    probes: dict[tuple, list[int]] = {}
+    for plan in range(1, 301):
+        sizes = tuple(b.plan(64))
+        if sizes != (64, 0):
+            probes.setdefault(sizes, []).append(plan)
+        b.record_step(sizes, (1.0e-3 if sizes == (64, 0) else 1.5e-3) * 64)  # others lose
+    # Without backoff: a probe every 2 plans, 150 in all. With it, each losing candidate's
+    # gaps double per loss (2, 4, ..., 128 plans, then stay at 128).
+    assert sum(len(v) for v in probes.values()) <= 20, probes
+    assert len(probes) == 2 and all(len(v) >= 4 for v in probes.values()), probes
+    for plans in probes.values():
+        gaps = [later - earlier for earlier, later in zip(plans, plans[1:])]
+        assert gaps == sorted(gaps) and gaps[-1] >= 64, plans
+    assert b.losses["0,1"] >= 5 and b.losses["1"] >= 5
+
+
+def test_a_probe_that_wins_resets_the_backoff():
+    b = ThroughputBalancer(2, probe_every=2)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])
+    b.calibrate(1, [(16, 0.032), (64, 0.128)])
+    pair_cost = [1.5e-3]
+    chosen = []
+    for plan in range(120):
+        if plan == 60:
+            pair_cost[0] = 0.5e-3  # the machine changes: the pair becomes the fastest
+        sizes = tuple(b.plan(64))
+        chosen.append(sizes)
+        b.record_step(sizes, (1.0e-3 if sizes == (64, 0) else 2.0e-3 if sizes == (0, 64) else pair_cost[0]) * 64)
+    pair = chosen[0]
+    assert pair not in ((64, 0), (0, 64))
+    assert chosen[-20:].count(pair) >= 17        # found at its next probe, and kept
+    assert b.losses[b._key([0, 1])] == 0
+
+
+def test_split_granularity():
+    b = ThroughputBalancer(3)
+    for i, ms in enumerate((1.0, 2.0, 3.0)):
+        b.calibrate(i, [(64, 0.064 * ms), (256, 0.256 * ms)])
+    sizes = b.split(1000, granularity=64)
+    assert sum(sizes) == 1000
+    assert sum(1 for n in sizes if n % 64) <= 1    # one device takes the remainder
+    assert sizes[0] > sizes[1] > sizes[2] > 0
+    fine = b.split(1000)                          # granularity 1: proportional to speed
+    assert sum(fine) == 1000
+    assert all(abs(n - 1000 * w / (11 / 6)) <= 1 for n, w in zip(fine, (1, 1 / 2, 1 / 3))), fine
+
+
 def test_balancer_state_round_trips():
     b = ThroughputBalancer(3, ema=0.2)
     for i in range(3):
@@ -289,7 +340,8 @@ def test_balancer_state_is_checkpointed():
         hdp.train_step(x, y, F.cross_entropy)
     state = hdp.state_dict()
     hdp.close()
-    assert state["balancer"]["calibrated"] and state["balancer"]["observations"] == 2
+    # Two steps: both measured, or the first a warm-up of a new split (not measured).
+    assert state["balancer"]["calibrated"] and state["balancer"]["observations"] in (1, 2)
     other = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer)
     other.load_state_dict(state)
     assert other.balancer.state_dict() == state["balancer"]
@@ -357,6 +409,30 @@ def _device_of_another_plugin() -> str | None:
     devices = torch_fl.list_devices()
     others = [d["device"] for d in devices if d["plugin"] != devices[0]["plugin"]]
     return others[0] if others else None
+
+
+def test_a_step_with_a_new_shard_size_is_a_warm_up_and_runs_again():
+    """A shard size a device has not run before costs cuDNN plans and allocator blocks once:
+    that step is not measured, and the same split runs again to be measured warm."""
+    xs, ys = _data(torch.float32, steps=6, batch=64)
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, rebalance_every=0)
+    try:
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)  # calibrates at 64 and 16, then a step
+        hdp.train_step(xs[1], ys[1], F.cross_entropy)  # (the first split's warm rerun, if cold)
+        assert hdp.granularity is None and hdp._granularity(64) == 4
+        observed = hdp.balancer.observations
+        hdp._shards_for[64] = [36, 28]                  # a split neither device has run
+        hdp.train_step(xs[2], ys[2], F.cross_entropy)
+        assert hdp.last_shards == [36, 28]
+        assert hdp.balancer.observations == observed    # the warm-up is not measured...
+        hdp._shards_for[64] = [64, 0]
+        hdp.train_step(xs[3], ys[3], F.cross_entropy)
+        assert hdp.last_shards == [36, 28]              # ...the same split runs again, warm
+        assert hdp.balancer.observations == observed + 1
+        hdp.train_step(xs[4], ys[4], F.cross_entropy)
+        assert hdp.last_shards == [64, 0]               # then the plan goes on
+    finally:
+        hdp.close()
 
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])

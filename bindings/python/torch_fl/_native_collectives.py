@@ -24,6 +24,7 @@ plugin offering both extras. A group uses this route only when every rank can
 from __future__ import annotations
 
 import datetime
+from collections import OrderedDict
 from typing import Any, Callable
 
 import torch
@@ -69,6 +70,10 @@ class NativeCollectives:
         options.is_high_priority_stream = False
         self.group = dist.ProcessGroupNCCL(dist.PrefixStore("flccl-nccl/", store), rank, size, options)
         self._streams: dict[int, torch.cuda.ExternalStream] = {}
+        # CUDA views of fl memory by (address, dtype, shape): a view owns nothing, so one made
+        # for a freed block is still right for whatever tensor lies there next. DDP all-reduces
+        # the same buckets every step; rebuilding the view cost more than a small all-reduce.
+        self._aliases: OrderedDict[tuple, torch.Tensor] = OrderedDict()
 
     def __repr__(self) -> str:
         return f"NativeCollectives(NCCL on {self.device} = {self.cuda_device})"
@@ -85,8 +90,15 @@ class NativeCollectives:
         """A CUDA tensor over t's memory (t contiguous, on self.device)."""
         if t.numel() == 0:
             return torch.empty(t.shape, dtype=t.dtype, device=self.cuda_device)
-        raw = torch.as_tensor(_CudaArray(t.data_ptr(), t.numel() * t.element_size()), device=self.cuda_device)
-        return raw.view(t.dtype).view(t.shape)
+        key = (t.data_ptr(), t.dtype, t.shape)
+        alias = self._aliases.get(key)
+        if alias is None:
+            raw = torch.as_tensor(_CudaArray(t.data_ptr(), t.numel() * t.element_size()), device=self.cuda_device)
+            alias = raw.view(t.dtype).view(t.shape)
+            self._aliases[key] = alias
+            if len(self._aliases) > 512:
+                self._aliases.popitem(last=False)
+        return alias
 
     def _stream(self) -> torch.cuda.ExternalStream:
         stream_id = torch.fl.current_stream(self.device.index).stream_id

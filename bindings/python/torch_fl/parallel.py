@@ -147,7 +147,14 @@ class ThroughputBalancer:
     model's split, each device alone} measured fastest, and every `probe_every`-th plan
     re-runs for one step the candidate with the oldest record — so a device set that is
     slower than one device alone runs only during those probes — unless that candidate measured
-    more than `probe_limit` times slower per sample than the best, which is never re-run."""
+    more than `probe_limit` times slower per sample than the best, which is never re-run.
+    A candidate that lost its last probe waits twice as long for the next (probe_every·2^k
+    plans after k losses in a row, k at most 6), so probing a split that keeps losing (a CPU
+    beside an H200) costs ever less; a win resets k.
+
+    Shard sizes are multiples of `granularity` (the last device takes the remainder), so that a
+    drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
+    (cuDNN plans, allocator blocks)."""
 
     def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 3.0):
         if num_devices < 1:
@@ -164,6 +171,8 @@ class ThroughputBalancer:
         self.slowdown = [1.0] * num_devices       # s_i
         self.measured: dict[str, float] = {}      # device set "0,1" -> seconds per sample (EMA)
         self.last_seen: dict[str, int] = {}       # device set -> the plan during which it last ran
+        self.losses: dict[str, int] = {}          # device set -> probes lost in a row
+        self.last_probe: dict[str, int] = {}      # device set -> the plan that last probed it
         self.calibrated = False
         self.observations = 0
         self.plans = 0
@@ -216,7 +225,14 @@ class ThroughputBalancer:
         now = seconds / batch
         self.last_seen[key] = self.plans
         old = self.measured.get(key)
-        self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
+        if self.probing:
+            # A probe's step replaces the set's record (which may be many plans old), and is
+            # its verdict: is the set now the fastest on record?
+            self.measured[key] = now
+            won = now <= min(self.measured.values())
+            self.losses[key] = 0 if won else min(self.losses.get(key, 0) + 1, 6)
+        else:
+            self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
 
     # -- the split
 
@@ -235,8 +251,9 @@ class ThroughputBalancer:
         return max((self._fixed(i) + self._rate(i) * n for i, n in enumerate(shard_sizes) if n > 0),
                    default=0.0)
 
-    def split(self, batch_size: int) -> list[int]:
-        """Shard sizes (summing to `batch_size`) that minimise the predicted step time.
+    def split(self, batch_size: int, granularity: int = 1) -> list[int]:
+        """Shard sizes (summing to `batch_size`, each a multiple of `granularity` but for one
+        that takes the remainder) that minimise the predicted step time.
 
         Water-filling: with devices sorted by fixed cost, the k cheapest share the batch so that
         all finish at the same time T_k = (N + Σ a_i/b_i) / Σ 1/b_i; devices are added while the
@@ -257,13 +274,18 @@ class ThroughputBalancer:
             chosen, finish = trial, t
         ideal = {i: max((finish - self._fixed(i)) / self._rate(i), 0.0) for i in chosen}
         total = sum(ideal.values()) or 1.0
+        q = max(1, min(int(granularity), batch_size))
         sizes = [0] * self.num_devices
         for i, v in ideal.items():
-            sizes[i] = int(math.floor(v * batch_size / total))
-        # Hand out the rounding remainder to the devices that finish earliest with one more.
-        for _ in range(batch_size - sum(sizes)):
-            j = min(chosen, key=lambda i: self._fixed(i) + self._rate(i) * (sizes[i] + 1))
-            sizes[j] += 1
+            sizes[i] = q * int(math.floor(v * batch_size / total / q))
+        # Hand out the rounding remainder, q samples at a time (the last piece may be smaller),
+        # to the device that finishes earliest with it.
+        left = batch_size - sum(sizes)
+        while left > 0:
+            piece = min(q, left)
+            j = min(chosen, key=lambda i: self._fixed(i) + self._rate(i) * (sizes[i] + piece))
+            sizes[j] += piece
+            left -= piece
         return sizes
 
     def fastest_alone(self) -> int | None:
@@ -272,7 +294,7 @@ class ThroughputBalancer:
                  if self._key([i]) in self.measured]
         return min(alone)[1] if alone else None
 
-    def plan(self, batch_size: int) -> list[int]:
+    def plan(self, batch_size: int, granularity: int = 1) -> list[int]:
         """The split to run next. Candidates: the model's split, and each device alone.
         Normally the candidate whose device set measured the lowest time per sample (the
         model's split is tried as soon as its set has no record); every `probe_every`-th plan
@@ -280,7 +302,7 @@ class ThroughputBalancer:
         record follows the machine as it changes."""
         self.plans += 1
         self.probing = False
-        model = self.split(batch_size)
+        model = self.split(batch_size, granularity)
         candidates = {self._key(i for i, n in enumerate(model) if n > 0): model}
         for i in range(self.num_devices):
             alone = [0] * self.num_devices
@@ -295,9 +317,15 @@ class ThroughputBalancer:
             best_seen = min((self.measured[k] for k in candidates if k in self.measured), default=None)
             worth = [k for k in candidates
                      if best_seen is None or k not in self.measured
-                     or self.measured[k] <= self.probe_limit * best_seen]
-            self.probing = True
-            return candidates[min(worth, key=lambda k: self.last_seen.get(k, -1))]
+                     or best_seen < self.measured[k] <= self.probe_limit * best_seen]
+            # A candidate that lost its last k probes waits probe_every·2^k plans.
+            due = [k for k in worth if self.plans - self.last_probe.get(k, -(10 ** 9))
+                   >= self.probe_every * 2 ** self.losses.get(k, 0)]
+            if due:
+                key = min(due, key=lambda k: self.last_seen.get(k, -1))
+                self.probing = True
+                self.last_probe[key] = self.plans
+                return candidates[key]
         model_key = next(iter(candidates))
         if model_key not in self.measured:
             return model
@@ -310,7 +338,8 @@ class ThroughputBalancer:
         return {"ema": self.ema, "probe_every": self.probe_every, "overhead": list(self.overhead),
                 "per_sample": list(self.per_sample), "transfer": list(self.transfer),
                 "slowdown": list(self.slowdown), "measured": dict(self.measured),
-                "last_seen": dict(self.last_seen),
+                "last_seen": dict(self.last_seen), "losses": dict(self.losses),
+                "last_probe": dict(self.last_probe),
                 "calibrated": self.calibrated, "observations": self.observations, "plans": self.plans}
 
     def load_state_dict(self, state: dict) -> None:
@@ -325,6 +354,8 @@ class ThroughputBalancer:
         self.slowdown = [float(v) for v in state["slowdown"]]
         self.measured = {str(k): float(v) for k, v in state["measured"].items()}
         self.last_seen = {str(k): int(v) for k, v in state["last_seen"].items()}
+        self.losses = {str(k): int(v) for k, v in state.get("losses", {}).items()}
+        self.last_probe = {str(k): int(v) for k, v in state.get("last_probe", {}).items()}
         self.calibrated = bool(state["calibrated"])
         self.observations = int(state["observations"])
         self.plans = int(state["plans"])
@@ -389,7 +420,12 @@ class HeteroDataParallel:
         rebalance_every: recompute the split every K steps from measured times (0: never).
         ema: weight of the newest measurement in the per-device cost estimate.
         probe_every: every this many re-balances, re-measure for one step the split whose
-            record is oldest (the model's split or a device alone).
+            record is oldest (the model's split or a device alone); a split that keeps
+            losing is re-measured ever more rarely.
+        granularity: shard sizes are multiples of this (default: the largest power of two
+            that is at most batch/16), so that a drifting split reuses a few shapes. A step
+            that runs a shard size a device has not run before is a warm-up (cuDNN plans,
+            allocator blocks): it is not measured, and the same split runs again.
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.
@@ -399,7 +435,7 @@ class HeteroDataParallel:
                  optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
-                 probe_every: int = 5, debug: bool = False):
+                 probe_every: int = 5, granularity: int | None = None, debug: bool = False):
         self.devices = [torch.device(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
@@ -418,6 +454,9 @@ class HeteroDataParallel:
         self.last_shards: list[int] = []
         self.last_device_seconds: list[float | None] = []
         self._shards_for: dict[int, list[int]] = {}
+        self.granularity = granularity
+        self._warm: set[tuple[int, int]] = set()        # (device index, shard size) that ran before
+        self._rerun: tuple[int, list[int]] | None = None  # (batch, sizes) to measure again, warm
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
@@ -501,10 +540,18 @@ class HeteroDataParallel:
             for k in range(batch_size - sum(sizes)):
                 sizes[order[k % len(order)]] += 1
             return sizes
+        if self._rerun is not None and self._rerun[0] == batch_size:
+            sizes, self._rerun = self._rerun[1], None
+            return sizes
         refresh = (self.rebalance_every > 0 and self.steps % self.rebalance_every == 0) or self.balancer.probing
         if batch_size not in self._shards_for or refresh:
-            self._shards_for[batch_size] = self.balancer.plan(batch_size)
+            self._shards_for[batch_size] = self.balancer.plan(batch_size, self._granularity(batch_size))
         return self._shards_for[batch_size]
+
+    def _granularity(self, batch_size: int) -> int:
+        if self.granularity is not None:
+            return max(int(self.granularity), 1)
+        return 1 << max((batch_size // 16).bit_length() - 1, 0)
 
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable[[Any, Any], torch.Tensor]) -> float:
         """One optimizer step on a batch; `loss_fn(output, target)` must return the mean loss
@@ -550,9 +597,14 @@ class HeteroDataParallel:
         step_seconds = time.perf_counter() - start
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
+        cold = [(i, sizes[i]) for i in active if (i, sizes[i]) not in self._warm]
+        self._warm.update(cold)
         if self.fixed_split is None:
-            self.balancer.observe(sizes, seconds)
-            self.balancer.record_step(sizes, step_seconds)
+            if cold:
+                self._rerun = (batch, list(sizes))  # a warm-up: measure this split on the next step
+            else:
+                self.balancer.observe(sizes, seconds)
+                self.balancer.record_step(sizes, step_seconds)
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1
         return loss
@@ -600,6 +652,7 @@ class HeteroDataParallel:
                 for _ in range(self.calibration_reps):
                     points.append((n, self._run_shard(i, x, y, loss_fn)[1]))
             points_by_device.append(points)
+            self._warm.update((i, n) for n in sizes)
         if self._auto_reduce:
             def whole_batch_seconds(points):
                 times = sorted(t for n, t in points if n == batch)

@@ -8,8 +8,8 @@ overlap — side by side, for one or more workloads.
 The issue's target: pair ≥ the fastest device alone, and pair ≥ 0.9 × the sum of the devices
 alone. "Alone" is a plain training loop on that device (batch copied from the host each step,
 forward, backward, optimizer step, loss read back), the same work HeteroDataParallel does per
-step. Every number is the best of --repeats timed windows (a shared host makes single runs
-noisy). "Overlap" is sequential time / concurrent time for the same per-device share of the batch,
+step. Every number is the best of --repeats timed windows, the modes' windows taken in turn (a
+shared host makes single runs noisy, and a drift should not favour whichever mode ran last). "Overlap" is sequential time / concurrent time for the same per-device share of the batch,
 forward/backward, one thread per device (2.0 = perfect overlap of two, 1.0 = none).
 "HeteroDataParallel on the fastest device only" is its cost per step over a plain loop.
 When the devices are the same silicon (fl:0 and fl:1 of the CPU plugin share the host's
@@ -64,11 +64,12 @@ WORKLOADS = {
 }
 
 
-def _batches(workload: str, batch: int, count: int, seed: int = 0):
+def _batches(workload: str, batch: int, count: int, seed: int = 0, pin: bool = False):
     _, shape, classes, _ = WORKLOADS[workload]
     g = torch.Generator().manual_seed(seed)
-    return [(torch.randn(batch, *shape, generator=g), torch.randint(0, classes, (batch,), generator=g))
+    data = [(torch.randn(batch, *shape, generator=g), torch.randint(0, classes, (batch,), generator=g))
             for _ in range(count)]
+    return [(x.pin_memory(), y.pin_memory()) for x, y in data] if pin else data
 
 
 def _optimizer(params):
@@ -76,59 +77,85 @@ def _optimizer(params):
 
 
 # ---- measurements ------------------------------------------------------------------------
+# Every mode (each device alone, the devices together, HeteroDataParallel on the fastest only)
+# is built once and then timed in windows taken in turn, repeat after repeat, and each mode's
+# best window counts: a drift of the machine (clocks, a neighbour's load) then hits every mode
+# alike instead of whichever ran last.
 
 
-def alone(workload: str, device: str, batch: int, steps: int, warmup: int = 3, max_seconds: float = 10.0) -> float:
-    """Samples/s of a plain training loop on one device (`steps` timed steps, fewer when they
-    take longer than `max_seconds`: a CPU device on a GPU-sized batch)."""
-    dev = torch.device(device)
-    torch.manual_seed(0)
-    model = WORKLOADS[workload][0]().to(dev)
-    opt = _optimizer(model.parameters())
-    data = _batches(workload, batch, 4)
-    timed = 0
-    with device_context(dev):
-        for k in range(warmup + steps):
-            x, y = data[k % len(data)]
-            if k == warmup:
-                synchronize_device(dev)
-                start = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x.to(dev)), y.to(dev))
-            loss.backward()
-            opt.step()
-            float(loss.detach().cpu())
-            if k >= warmup:
+class PlainLoop:
+    """A plain training loop on one device: batch copied from the host each step, forward,
+    backward, optimizer step, loss read back."""
+
+    def __init__(self, workload: str, device: str, data: list, warmup: int = 3):
+        self.dev = torch.device(device)
+        torch.manual_seed(0)
+        self.model = WORKLOADS[workload][0]().to(self.dev)
+        self.opt = _optimizer(self.model.parameters())
+        self.data, self.k = data, 0
+        with device_context(self.dev):
+            for _ in range(warmup):
+                self._step()
+            synchronize_device(self.dev)
+
+    def _step(self) -> None:
+        x, y = self.data[self.k % len(self.data)]
+        self.k += 1
+        self.opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(self.model(x.to(self.dev)), y.to(self.dev))
+        loss.backward()
+        self.opt.step()
+        float(loss.detach().cpu())
+
+    def window(self, steps: int, max_seconds: float = 10.0) -> float:
+        """Samples/s over `steps` steps (fewer when they take longer than `max_seconds`: a CPU
+        device on a GPU-sized batch)."""
+        batch = self.data[0][0].shape[0]
+        timed = 0
+        with device_context(self.dev):
+            start = time.perf_counter()
+            while timed < steps:
+                self._step()
                 timed += 1
                 if timed >= 2 and time.perf_counter() - start > max_seconds:
                     break
-        synchronize_device(dev)
-    return timed * batch / (time.perf_counter() - start)
+            synchronize_device(self.dev)
+        return timed * batch / (time.perf_counter() - start)
 
 
-def pair(workload: str, devices: list[str], batch: int, steps: int, repeats: int = 1, warmup: int = 8,
-         rebalance_every: int = 10) -> dict:
-    """Samples/s of HeteroDataParallel over `devices` (the best of `repeats` windows of `steps`
-    steps, after `warmup` steps that include the calibration), and the shard sizes it chose."""
-    torch.manual_seed(0)
-    hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every)
-    data = _batches(workload, batch, 4)
-    shards: dict[tuple, int] = {}
-    best = 0.0
-    try:
-        for k in range(warmup):
-            hdp.train_step(*data[k % len(data)], F.cross_entropy)
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for k in range(steps):
-                hdp.train_step(*data[k % len(data)], F.cross_entropy)
-                shards[tuple(hdp.last_shards)] = shards.get(tuple(hdp.last_shards), 0) + 1
-            best = max(best, steps * batch / (time.perf_counter() - start))
-    finally:
-        hdp.close()
-    return {"samples_per_s": best, "shards": max(shards, key=shards.get),
-            "shards_seen": {str(list(k)): v for k, v in sorted(shards.items(), key=lambda kv: -kv[1])},
-            "balancer": hdp.balancer.state_dict()}
+class PairLoop:
+    """HeteroDataParallel over `devices`, after `warmup` steps that include its calibration."""
+
+    def __init__(self, workload: str, devices: list[str], data: list, warmup: int = 8,
+                 rebalance_every: int = 10):
+        torch.manual_seed(0)
+        self.hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every)
+        self.data, self.k = data, 0
+        self.shards: dict[tuple, int] = {}
+        for _ in range(warmup):
+            self._step()
+        self.shards.clear()
+
+    def _step(self) -> None:
+        self.hdp.train_step(*self.data[self.k % len(self.data)], F.cross_entropy)
+        self.k += 1
+        key = tuple(self.hdp.last_shards)
+        self.shards[key] = self.shards.get(key, 0) + 1
+
+    def window(self, steps: int) -> float:
+        batch = self.data[0][0].shape[0]
+        start = time.perf_counter()
+        for _ in range(steps):
+            self._step()
+        return steps * batch / (time.perf_counter() - start)
+
+    def summary(self, best: float) -> dict:
+        return {"samples_per_s": best, "shards": max(self.shards, key=self.shards.get),
+                "shards_seen": {str(list(k)): v for k, v in sorted(self.shards.items(), key=lambda kv: -kv[1])},
+                "balancer": self.hdp.balancer.state_dict()}
+
+    def close(self) -> None:
+        self.hdp.close()
 
 
 def overlap(workload: str, devices: list[str], batch: int, reps: int = 5) -> float:
@@ -161,17 +188,33 @@ def overlap(workload: str, devices: list[str], batch: int, reps: int = 5) -> flo
     return min(seq) / min(conc)
 
 
-def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int) -> dict:
-    """Best of `repeats` for every number (a shared host makes single runs noisy)."""
-    result = {"workload": workload, "batch": batch, "devices": devices, "repeats": repeats, "alone": {}}
-    for d in devices:
-        result["alone"][d] = max(alone(workload, d, batch, steps) for _ in range(repeats))
-    result["pair"] = pair(workload, devices, batch, steps, repeats)
+def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False) -> dict:
+    """Best window of `repeats` for every mode, the modes' windows interleaved."""
+    result = {"workload": workload, "batch": batch, "devices": devices, "repeats": repeats, "pinned": pin,
+              "alone": {}}
+    data = _batches(workload, batch, 4, pin=pin)
+    plain = {d: PlainLoop(workload, d, data) for d in devices}
+    together = PairLoop(workload, devices, data)
+    single: PairLoop | None = None
+    best = {"pair": 0.0, "single": 0.0, **{d: 0.0 for d in devices}}
+    try:
+        for _ in range(repeats):
+            for d in devices:
+                best[d] = max(best[d], plain[d].window(steps))
+            best["pair"] = max(best["pair"], together.window(steps))
+            if single is None:  # HeteroDataParallel's own cost: the fastest device, through it
+                single = PairLoop(workload, [max(devices, key=lambda d: best[d])], data)
+            best["single"] = max(best["single"], single.window(steps))
+        result["alone"] = {d: best[d] for d in devices}
+        result["pair"] = together.summary(best["pair"])
+        result["hdp_fastest_only"] = best["single"]
+    finally:
+        together.close()
+        if single is not None:
+            single.close()
+    del plain
     result["overlap"] = overlap(workload, devices, batch)
     fastest = max(result["alone"].values())
-    # HeteroDataParallel's own cost per step: the fastest device alone, through it.
-    fastest_device = max(result["alone"], key=result["alone"].get)
-    result["hdp_fastest_only"] = pair(workload, [fastest_device], batch, steps, repeats)["samples_per_s"]
     total = sum(result["alone"].values())
     p = result["pair"]["samples_per_s"]
     result["pair_over_fastest"] = p / fastest
@@ -213,6 +256,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=0, help="0: the workload's default")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3, help="best of this many timed windows")
+    p.add_argument("--pin", action="store_true",
+                   help="pinned host batches (as a DataLoader with pin_memory=True gives)")
     p.add_argument("--json", default="")
     args = p.parse_args()
 
@@ -221,7 +266,7 @@ def main() -> None:
     results = []
     for w in args.workloads:
         batch = args.batch_size or WORKLOADS[w][3]
-        r = measure(w, args.devices, batch, args.steps, args.repeats)
+        r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin)
         results.append(r)
         alone_text = "  ".join(f"{d} {v:8.0f}" for d, v in r["alone"].items())
         print(f"\n{w} (batch {batch}): samples/s alone: {alone_text}")

@@ -1,6 +1,6 @@
 // device_allocator.cpp — PyTorch's allocator for fl tensors: a c10::DeviceAllocator over the
 // core's per-device CachingAllocator, on the current stream of the current device. Also the
-// pinned host allocator (the first device's plugin host_malloc when offered, else malloc).
+// pinned host allocator (see pinning_plugin_ops).
 #include "device_allocator.h"
 
 #include "fl_context.h"
@@ -145,17 +145,30 @@ void free_pinned(void* ctx) {
   delete p;
 }
 
+// The plugin whose host_malloc pins memory for tensor.pin_memory(): the first device whose
+// memory the host cannot dereference (an accelerator, which needs page-locked memory to copy
+// by DMA: cudaMallocHost, hipHostMalloc), else the first device at all; NULL when no plugin
+// offers host_malloc. With the CPU plugin listed first beside the CUDA plugin, pinning must
+// still come from CUDA, or "pinned" batches would be pageable to it.
+const fl_device_ops* pinning_plugin_ops() {
+  const int n = device_count_noexcept();
+  const fl_device_ops* fallback = nullptr;
+  for (int i = 0; i < n; ++i) {
+    const auto& d = runtime().device(i);
+    if (!d.plugin->entry(&fl_device_ops::fl_host_malloc) || !d.plugin->entry(&fl_device_ops::fl_host_free))
+      continue;
+    if (!d.props.host_accessible) return &d.plugin->ops();
+    if (fallback == nullptr) fallback = &d.plugin->ops();
+  }
+  return fallback;
+}
+
 }  // namespace
 
 c10::DataPtr FlPinnedAllocator::allocate(size_t nbytes) {
   c10::Device cpu(c10::DeviceType::CPU);
   if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &free_pinned, cpu);
-  const fl_device_ops* ops = nullptr;
-  if (device_count_noexcept() > 0) {
-    const auto& d = runtime().device(0);
-    if (d.plugin->entry(&fl_device_ops::fl_host_malloc) && d.plugin->entry(&fl_device_ops::fl_host_free))
-      ops = &d.plugin->ops();
-  }
+  const fl_device_ops* ops = pinning_plugin_ops();
   void* ptr = nullptr;
   if (ops != nullptr) {
     if (ops->fl_host_malloc(nbytes, &ptr) != FL_OK) ptr = nullptr;

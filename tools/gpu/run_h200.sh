@@ -181,11 +181,12 @@ step_hetero_gpus() {
   if (( n < 2 )); then echo "one CUDA device: nothing to run"; return 0; fi
   local rc=0
   # shellcheck disable=SC2086
-  local steps="${FL_HETERO_STEPS:-30}" repeats="${FL_HETERO_REPEATS:-3}"
+  local steps="${FL_HETERO_STEPS:-30}" repeats="${FL_HETERO_REPEATS:-3}" pin=()
+  [[ "${FL_HETERO_PIN:-1}" == 1 ]] && pin=(--pin)  # batches from a pinned loader
   timeout 300 "$PY" bench/hetero.py --devices cuda cuda --workloads ${FL_HETERO_GPU_WORKLOADS:-convnet cnn} \
-    --steps "$steps" --repeats "$repeats" --json "$OUT/hetero_gpus.json" || rc=1
+    --steps "$steps" --repeats "$repeats" "${pin[@]}" --json "$OUT/hetero_gpus.json" || rc=1
   timeout 300 "$PY" bench/hetero.py --devices cuda cuda --workloads convnet --batch-size 4096 \
-    --steps "$steps" --repeats "$repeats" --json "$OUT/hetero_gpus_4096.json" || rc=1
+    --steps "$steps" --repeats "$repeats" "${pin[@]}" --json "$OUT/hetero_gpus_4096.json" || rc=1
   if [[ "${FL_HETERO_THREE:-1}" == 1 ]]; then
     timeout 300 "$PY" bench/hetero.py --devices cpu cuda cuda --workloads convnet \
       --steps "$steps" --repeats "$repeats" --json "$OUT/hetero_three.json" || rc=1

@@ -425,15 +425,25 @@ typedef struct fl_device_ops {
    *       Writes the runtime's stream handle behind `stream` (NULL: the device's default
    *       stream): a cudaStream_t, hipStream_t or aclrtStream. Owned by the plugin, valid
    *       while `stream` lives (the default stream: until shutdown). Work the host enqueues
-   *       on the native handle is ordered with the fl stream's work like the plugin's own. */
+   *       on the native handle is ordered with the fl stream's work like the plugin's own.
+   *   "fl.stream_wait_peer_event"
+   *       fl_status_t (*)(int32_t device, fl_stream_t stream, int32_t event_device, fl_event_t event)
+   *       stream_wait_event across two devices of this plugin: work enqueued on `stream` of
+   *       `device` from now on waits for `event`, recorded on a stream of `event_device`
+   *       (cudaStreamWaitEvent takes an event of any device). Without it the host orders
+   *       work across devices by waiting for the source stream, which stalls a thread that
+   *       feeds one device behind the work queued on another. */
   void* (*get_proc_address)(const char* name);
 } fl_device_ops;
 
 /* The extras of get_proc_address that this header defines (see there). */
 #define FL_EXTRA_NATIVE_DEVICE "fl.native_device"
 #define FL_EXTRA_NATIVE_STREAM "fl.native_stream"
+#define FL_EXTRA_STREAM_WAIT_PEER_EVENT "fl.stream_wait_peer_event"
 typedef fl_status_t (*fl_native_device_fn)(int32_t device, int32_t* ordinal);
 typedef fl_status_t (*fl_native_stream_fn)(int32_t device, fl_stream_t stream, void** native);
+typedef fl_status_t (*fl_stream_wait_peer_event_fn)(int32_t device, fl_stream_t stream, int32_t event_device,
+                                                    fl_event_t event);
 
 /* Flags for event_create. */
 enum {

@@ -240,6 +240,11 @@ std::string PluginLibrary::last_error() const {
   return message != nullptr ? message : "";
 }
 
+void* PluginLibrary::extra(const char* name) const {
+  auto get = entry(&fl_device_ops::get_proc_address);
+  return get != nullptr ? get(name) : nullptr;
+}
+
 void PluginLibrary::check(fl_status_t status, const std::string& what) const {
   if (status == FL_OK) return;
   std::string message = what + " failed on plugin " + name_ + ": " + status_name(status) + ": " + last_error();

@@ -100,6 +100,9 @@ class PluginLibrary {
   // The plugin's last_error() for this thread, "" when it returns NULL.
   std::string last_error() const;
 
+  // get_proc_address(name), or NULL when the plugin has no get_proc_address or no such extra.
+  void* extra(const char* name) const;
+
  private:
   struct Impl;
   explicit PluginLibrary(std::unique_ptr<Impl> impl);

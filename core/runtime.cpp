@@ -174,20 +174,36 @@ void Runtime::order_after(int dst, int64_t dst_stream, int src, int64_t src_stre
   (void)d.handle(dst_stream);
   if (dst == src && dst_stream == src_stream) return;
   // fl_abi.h: stream_wait_event takes an event of the same device only, so an event orders
-  // streams of one plugin device; anything else waits for the source stream on the host.
-  if (devices_[dst].plugin == devices_[src].plugin && devices_[dst].local == devices_[src].local) {
-    fl_event_t e = s.create_event(false);
-    try {
-      s.record(e, src_stream);
-      d.wait(dst_stream, e);
-    } catch (...) {
-      s.destroy_event(e);
-      throw;
-    }
-    s.destroy_event(e);
-  } else {
+  // streams of one plugin device, and the extra "fl.stream_wait_peer_event" (where the plugin
+  // offers it) streams of two of its devices; anything else waits for the source stream on
+  // the host.
+  const LogicalDevice& to = devices_[dst];
+  const LogicalDevice& from = devices_[src];
+  if (to.plugin != from.plugin) {
     s.synchronize(src_stream);
+    return;
   }
+  const bool same_device = to.local == from.local;
+  auto peer_wait = same_device ? nullptr
+                               : reinterpret_cast<fl_stream_wait_peer_event_fn>(
+                                     to.plugin->extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT));
+  if (!same_device && peer_wait == nullptr) {
+    s.synchronize(src_stream);
+    return;
+  }
+  fl_event_t e = s.create_event(false);
+  try {
+    s.record(e, src_stream);
+    if (same_device) {
+      d.wait(dst_stream, e);
+    } else {
+      to.plugin->check(peer_wait(to.local, d.handle(dst_stream), from.local, e), FL_EXTRA_STREAM_WAIT_PEER_EVENT);
+    }
+  } catch (...) {
+    s.destroy_event(e);
+    throw;
+  }
+  s.destroy_event(e);
 }
 
 }  // namespace fl

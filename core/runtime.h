@@ -58,8 +58,9 @@ class Runtime {
   const std::vector<SkippedPlugin>& skipped_plugins() const { return skipped_; }
 
   // Orders work that `dst_stream` of device `dst` enqueues from now on after the work
-  // enqueued so far on `src_stream` of `src`: an event wait on one plugin, a host wait
-  // across plugins.
+  // enqueued so far on `src_stream` of `src`: an event wait on one device, or on two devices
+  // of a plugin that offers "fl.stream_wait_peer_event"; otherwise (across plugins) a host
+  // wait for the source stream.
   void order_after(int dst, int64_t dst_stream, int src, int64_t src_stream);
 
  private:

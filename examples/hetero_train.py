@@ -83,7 +83,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rebalance-every", type=int, default=5)
+    p.add_argument("--rebalance-every", type=int, default=10)
     args = p.parse_args()
 
     for d in args.devices:

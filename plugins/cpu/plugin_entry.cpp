@@ -192,20 +192,23 @@ fl_status_t stream_query(int32_t device, fl_stream_t stream, int32_t* done) {
   });
 }
 
-fl_status_t stream_wait_event(int32_t device, fl_stream_t stream, fl_event_t event) {
-  return guard([&] {
-    StreamQueue& queue = Runtime::get().stream(device, stream);
-    Event& ev = event_of(event);
-    std::shared_ptr<EventCapture> capture;
-    {
-      std::lock_guard<std::mutex> lock(ev.mutex);
-      capture = ev.capture;
-    }
-    if (!capture || capture->done.load(std::memory_order_acquire)) return;
-    queue.enqueue([capture] {
-      while (!capture->done.load(std::memory_order_acquire)) capture->done.wait(0);
-    });
+// Work enqueued on `stream` from now on waits for the capture `event` holds (of any device).
+void enqueue_wait(int32_t device, fl_stream_t stream, fl_event_t event) {
+  StreamQueue& queue = Runtime::get().stream(device, stream);
+  Event& ev = event_of(event);
+  std::shared_ptr<EventCapture> capture;
+  {
+    std::lock_guard<std::mutex> lock(ev.mutex);
+    capture = ev.capture;
+  }
+  if (!capture || capture->done.load(std::memory_order_acquire)) return;
+  queue.enqueue([capture] {
+    while (!capture->done.load(std::memory_order_acquire)) capture->done.wait(0);
   });
+}
+
+fl_status_t stream_wait_event(int32_t device, fl_stream_t stream, fl_event_t event) {
+  return guard([&] { enqueue_wait(device, stream, event); });
 }
 
 // ---- events ----------------------------------------------------------------------------
@@ -297,7 +300,21 @@ fl_status_t kernels_get(const fl_kernel_entry** entries, size_t* count) {
   });
 }
 
-void* get_proc_address(const char* /*name*/) { return nullptr; }
+// "fl.stream_wait_peer_event" (fl_abi.h): events are host objects, so a stream of one device
+// waits for an event of another exactly as for its own.
+fl_status_t stream_wait_peer_event(int32_t device, fl_stream_t stream, int32_t event_device, fl_event_t event) {
+  return guard([&] {
+    Runtime::get().device(event_device);
+    require(event_of(event).device == event_device, "cpu plugin: event was not created on event_device");
+    enqueue_wait(device, stream, event);
+  });
+}
+
+void* get_proc_address(const char* name) {
+  if (name != nullptr && std::strcmp(name, FL_EXTRA_STREAM_WAIT_PEER_EVENT) == 0)
+    return reinterpret_cast<void*>(static_cast<fl_stream_wait_peer_event_fn>(stream_wait_peer_event));
+  return nullptr;
+}
 
 fl_device_ops make_ops() {
   fl_device_ops ops{};

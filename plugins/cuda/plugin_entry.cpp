@@ -335,12 +335,25 @@ fl_status_t plugin_native_stream(int32_t device, fl_stream_t stream, void** nati
   });
 }
 
+fl_status_t plugin_stream_wait_peer_event(int32_t device, fl_stream_t stream, int32_t event_device,
+                                          fl_event_t event) {
+  return guard([&] {
+    if (event == nullptr) raise(FL_ERR_INVALID_ARGUMENT, "fl.stream_wait_peer_event: event is NULL");
+    (void)device_state(event_device);  // validates the index
+    activate_device(device);
+    check_gpu(gpuStreamWaitEvent(resolve_stream(device, stream), reinterpret_cast<gpuEvent_t>(event), 0),
+              "cudaStreamWaitEvent (peer event)");
+  });
+}
+
 void* plugin_get_proc_address(const char* name) {
   if (name == nullptr) return nullptr;
   if (std::strcmp(name, FL_EXTRA_NATIVE_DEVICE) == 0)
     return reinterpret_cast<void*>(static_cast<fl_native_device_fn>(plugin_native_device));
   if (std::strcmp(name, FL_EXTRA_NATIVE_STREAM) == 0)
     return reinterpret_cast<void*>(static_cast<fl_native_stream_fn>(plugin_native_stream));
+  if (std::strcmp(name, FL_EXTRA_STREAM_WAIT_PEER_EVENT) == 0)
+    return reinterpret_cast<void*>(static_cast<fl_stream_wait_peer_event_fn>(plugin_stream_wait_peer_event));
   return nullptr;
 }
 

@@ -237,8 +237,8 @@ TEST_CASE("runtime: order_after uses an event on one device, a host wait across 
     rt.order_after(0, s1, 0, s1);
     CHECK(call_log(stub).empty());
   }
-  SECTION("two devices of one plugin: the source stream is waited for on the host") {
-    // An event of device 0 cannot be waited on by a stream of device 1 (fl_abi.h).
+  SECTION("two devices of one plugin without fl.stream_wait_peer_event: a host wait") {
+    // stream_wait_event takes an event of its own device only (fl_abi.h).
     rt.order_after(1, 0, 0, s1);
     const std::string log = call_log(stub);
     CHECK_THAT(log, Contains("stream_synchronize(0)"));
@@ -252,6 +252,32 @@ TEST_CASE("runtime: order_after uses an event on one device, a host wait across 
     CHECK_THROWS_AS(rt.order_after(5, 0, 0, 0), fl::Error);
     CHECK_THROWS_AS(rt.order_after(0, 0, 5, 0), fl::Error);
     CHECK_THROWS_AS(rt.order_after(0, 0, 0, 99), fl::Error);
+  }
+}
+
+TEST_CASE("runtime: order_after across two devices of a plugin offering fl.stream_wait_peer_event waits on the device") {
+  ScopedEnv env;
+  env.clean_runtime();
+  fl::Config config;
+  config.devices = {stub_devices("devices=2;peer_events=1")};
+  config.devices.push_back(fl::DeviceSelection{"zoo_extra_export", -1, 1.0, {}, ""});
+  Runtime rt(options({FL_STUB_PLUGIN, zoo("zoo_extra_export")}, config));
+  REQUIRE(rt.device_count() == 3);
+  const auto& stub = *rt.device(0).plugin;
+  const int64_t s1 = rt.streams(0).create(0);
+  reset_log(stub);
+
+  SECTION("two devices of the plugin: an event of device 0 waited on by device 1's stream, no host wait") {
+    rt.order_after(1, 0, 0, s1);
+    const std::string log = call_log(stub);
+    CHECK_THAT(log, Contains("get_proc_address fl.stream_wait_peer_event\nevent_create(0)\nevent_record(0)\n"
+                             "stream_wait_peer_event(1<-0)\nevent_destroy(0)"));
+    CHECK_THAT(log, !Contains("synchronize"));
+  }
+  SECTION("two plugins: still a host wait") {
+    rt.order_after(2, 0, 0, s1);
+    CHECK_THAT(call_log(stub), Contains("stream_synchronize(0)"));
+    CHECK_THAT(call_log(stub), !Contains("stream_wait_peer_event"));
   }
 }
 

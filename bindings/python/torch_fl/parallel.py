@@ -156,7 +156,7 @@ class ThroughputBalancer:
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
     (cuDNN plans, allocator blocks)."""
 
-    def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 3.0):
+    def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 2.0):
         if num_devices < 1:
             raise ValueError("need at least one device")
         if not 0.0 < ema <= 1.0:

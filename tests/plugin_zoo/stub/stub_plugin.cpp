@@ -7,6 +7,8 @@
 //   memory_mb=N     bytes per device reported and enforced, in MiB (default 1024)
 //   fail_neg=0|1    aten::neg.out fails with FL_ERR_DEVICE "stub kernel failure" (default 1)
 //   no_device=1     init returns FL_ERR_NO_DEVICE (exercises the "no device" paths)
+//   peer_events=1   offers the extra "fl.stream_wait_peer_event" (logged as
+//                   "stream_wait_peer_event(D<-E)")
 //
 // Extensions through get_proc_address:
 //   "stub.call_log" -> const char* (*)(void): the calls so far, one per line (the string is
@@ -56,6 +58,7 @@ struct State {
   std::string call_log_text;
   bool initialized = false;
   bool fail_neg = true;
+  bool peer_events = false;
   std::vector<std::string> ids;
   uint64_t memory_bytes = 1024ull << 20;
   std::vector<uint64_t> used;                  // bytes allocated per device
@@ -147,6 +150,7 @@ fl_status_t stub_init(const fl_host_services* host, const char* options) {
       else if (key == "ids") ids = split(value, ',');
       else if (key == "memory_mb") s.memory_bytes = std::strtoull(value.c_str(), nullptr, 10) << 20;
       else if (key == "fail_neg") s.fail_neg = value != "0";
+      else if (key == "peer_events") s.peer_events = value == "1";
       else if (key == "no_device" && value == "1") raise(FL_ERR_NO_DEVICE, "stub: no_device=1 in options");
       else host_log(FL_LOG_WARN, "stub: unknown option '" + key + "'");
     }
@@ -352,6 +356,14 @@ fl_status_t stub_stream_wait_event(int32_t device, fl_stream_t stream, fl_event_
   });
 }
 
+fl_status_t stub_stream_wait_peer_event(int32_t device, fl_stream_t stream, int32_t event_device, fl_event_t event) {
+  return guard([&] {
+    record("stream_wait_peer_event(" + std::to_string(device) + "<-" + std::to_string(event_device) + ")");
+    require_stream(device, stream);
+    require_event(event_device, event);
+  });
+}
+
 fl_status_t stub_event_create(int32_t device, uint32_t flags, fl_event_t* event) {
   return guard([&] {
     record(with_device("event_create", device));
@@ -513,6 +525,10 @@ void reset_call_log() {
 void* stub_get_proc_address(const char* name) {
   if (name != nullptr && std::strcmp(name, "stub.call_log") == 0) return reinterpret_cast<void*>(&call_log);
   if (name != nullptr && std::strcmp(name, "stub.reset") == 0) return reinterpret_cast<void*>(&reset_call_log);
+  if (name != nullptr && std::strcmp(name, FL_EXTRA_STREAM_WAIT_PEER_EVENT) == 0 && state().peer_events) {
+    record(std::string("get_proc_address ") + name);
+    return reinterpret_cast<void*>(static_cast<fl_stream_wait_peer_event_fn>(stub_stream_wait_peer_event));
+  }
   record(std::string("get_proc_address ") + (name != nullptr ? name : "NULL"));
   return nullptr;
 }

@@ -411,6 +411,31 @@ def _device_of_another_plugin() -> str | None:
     return others[0] if others else None
 
 
+def test_a_probe_reuses_the_last_warm_split_of_its_device_set(monkeypatch):
+    """Probing a device set with a split that would be a warm-up (new shapes) runs the set's
+    last warm split instead: the probe measures the set, not cuDNN's plan building."""
+    xs, ys = _data(torch.float32, steps=6, batch=64)
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, rebalance_every=1)
+    plans = iter([([36, 28], False), ([36, 28], False), ([36, 28], False), ([40, 24], True), ([40, 24], True)])
+
+    def plan(batch_size, granularity=1):
+        sizes, hdp.balancer.probing = next(plans)
+        return sizes
+
+    try:
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)  # calibration
+        monkeypatch.setattr(hdp.balancer, "plan", plan)
+        hdp.train_step(xs[1], ys[1], F.cross_entropy)  # [36, 28] cold...
+        hdp.train_step(xs[2], ys[2], F.cross_entropy)  # ...and its warm rerun
+        hdp.train_step(xs[3], ys[3], F.cross_entropy)
+        assert hdp.last_shards == [36, 28]
+        hdp.train_step(xs[4], ys[4], F.cross_entropy)  # a probe of {0, 1} with new shapes
+        assert hdp.last_shards == [36, 28]
+        hdp.balancer.probing = False
+    finally:
+        hdp.close()
+
+
 def test_a_step_with_a_new_shard_size_is_a_warm_up_and_runs_again():
     """A shard size a device has not run before costs cuDNN plans and allocator blocks once:
     that step is not measured, and the same split runs again to be measured warm."""

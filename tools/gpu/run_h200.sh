@@ -17,6 +17,7 @@
 #   profile       bench/profile_step.py per training model, cuda:0 then fl:0
 #   check_ops     tools/gpu/check_against_cpu.py: ops and an AdamW step against PyTorch's CPU
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
+#   hetero_example  examples/hetero_train.py alone
 #   hetero_gpus   bench/hetero.py on two CUDA devices, and on CPU + two CUDA (2-GPU machines)
 #   nccl          tools/gpu/nccl_check.py and bench/collectives.py (2-GPU machines)
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
@@ -169,9 +170,14 @@ step_hetero() {
   # shellcheck disable=SC2086
   timeout 420 "$PY" bench/hetero.py --devices cpu cuda --workloads ${FL_HETERO_WORKLOADS:-mlp cnn convnet} \
     --steps "${FL_HETERO_STEPS:-30}" --repeats "${FL_HETERO_REPEATS:-3}" --json "$OUT/hetero.json" || rc=1
-  timeout 180 "$PY" examples/hetero_train.py --devices "$(first_device_of cpu)" "$(first_device_of cuda)" \
-    --epochs "${FL_HETERO_EPOCHS:-8}" || rc=1
+  step_hetero_example || rc=1
   return $rc
+}
+
+step_hetero_example() {
+  both_plugins_env
+  timeout 180 "$PY" examples/hetero_train.py --devices "$(first_device_of cpu)" "$(first_device_of cuda)" \
+    --epochs "${FL_HETERO_EPOCHS:-8}"
 }
 
 step_hetero_gpus() {

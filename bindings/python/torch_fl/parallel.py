@@ -457,6 +457,7 @@ class HeteroDataParallel:
         self.granularity = granularity
         self._warm: set[tuple[int, int]] = set()        # (device index, shard size) that ran before
         self._rerun: tuple[int, list[int]] | None = None  # (batch, sizes) to measure again, warm
+        self._warm_split: dict[tuple, list[int]] = {}     # (batch, device set) -> last split run warm
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
@@ -545,8 +546,23 @@ class HeteroDataParallel:
             return sizes
         refresh = (self.rebalance_every > 0 and self.steps % self.rebalance_every == 0) or self.balancer.probing
         if batch_size not in self._shards_for or refresh:
-            self._shards_for[batch_size] = self.balancer.plan(batch_size, self._granularity(batch_size))
+            sizes = self.balancer.plan(batch_size, self._granularity(batch_size))
+            if self.balancer.probing:
+                # A probe asks whether a device set is competitive; a split of that set that
+                # already ran answers it without a warm-up step (new cuDNN plans cost more
+                # than a few samples' difference in the split).
+                warm = self._warm_split.get((batch_size, self._set_of(sizes)))
+                if warm is not None and self._is_cold(sizes):
+                    sizes = list(warm)
+            self._shards_for[batch_size] = sizes
         return self._shards_for[batch_size]
+
+    @staticmethod
+    def _set_of(sizes: Sequence[int]) -> tuple[int, ...]:
+        return tuple(i for i, n in enumerate(sizes) if n > 0)
+
+    def _is_cold(self, sizes: Sequence[int]) -> bool:
+        return any((i, n) not in self._warm for i, n in enumerate(sizes) if n > 0)
 
     def _granularity(self, batch_size: int) -> int:
         if self.granularity is not None:
@@ -599,6 +615,7 @@ class HeteroDataParallel:
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
         cold = [(i, sizes[i]) for i in active if (i, sizes[i]) not in self._warm]
         self._warm.update(cold)
+        self._warm_split[(batch, tuple(active))] = list(sizes)
         if self.fixed_split is None:
             if cold:
                 self._rerun = (batch, list(sizes))  # a warm-up: measure this split on the next step

@@ -88,7 +88,8 @@ def main() -> None:
 
     for d in args.devices:
         info = torch.fl.get_device_properties(d)
-        print(f"{d}: plugin {info['plugin']} — {info['vendor']} {info['name']}")
+        name = info["name"] if info["name"].startswith(info["vendor"]) else f"{info['vendor']} {info['name']}"
+        print(f"{d}: plugin {info['plugin']} — {name}")
     (xtr, ytr), (xte, yte) = load_data(args.seed)
 
     alone_loops = {d: AloneLoop(d, xtr, ytr, args.batch_size, args.lr) for d in args.devices}

@@ -63,12 +63,30 @@ TEST_CASE("the stub passes every check when its failing kernel is switched off")
   CHECK(run.report["plugin"]["abi_major"] == FL_ABI_MAJOR_EXPECTED);
   CHECK(run.report["plugin"]["build_id"].get<std::string>().size() == 40);
   for (const char* name : {"exported symbols", "negotiation", "init", "device properties", "memory", "copies",
-                           "memset", "stream ordering", "events", "error paths", "leaks", "kernel aten::add.out",
+                           "memset", "stream ordering", "events", "error paths", "leaks", "fl extras", "kernel aten::add.out",
                            "kernel aten::neg.out"})
     CHECK(run.check(name)["status"] == "pass");
   // The stub declines broadcasting with FL_ERR_NOT_SUPPORTED, which the ABI allows.
   CHECK_THAT(run.check("kernel aten::add.out")["message"].get<std::string>(), Catch::Contains("FL_ERR_NOT_SUPPORTED"));
   for (const auto& c : run.report["checks"]) CHECK(c["duration_ms"].get<double>() >= 0);
+}
+
+TEST_CASE("the fl.* extras are checked when a plugin offers them") {
+  ToolRun none = run_tool("--options fail_neg=0 " + zoo("stub"));
+  CHECK(none.check("fl extras")["status"] == "pass");
+  CHECK(none.check("fl extras")["message"] == "no fl.* extras offered");
+  // Two devices and fl.stream_wait_peer_event: device 1's stream ordered after device 0's event.
+  ToolRun peer = run_tool("--options 'fail_neg=0;devices=2;peer_events=1' " + zoo("stub"));
+  INFO(peer.text);
+  CHECK(peer.exit_code == 0);
+  CHECK(peer.check("fl extras")["status"] == "pass");
+  CHECK(peer.check("fl extras")["message"] == "checked: stream_wait_peer_event ");
+  if (std::filesystem::exists(FL_CPU_PLUGIN)) {  // the CPU plugin's asynchronous streams
+    ToolRun cpu = run_tool("--options devices=2 " + std::string(FL_CPU_PLUGIN));
+    INFO(cpu.text);
+    CHECK(cpu.check("fl extras")["status"] == "pass");
+    CHECK(cpu.check("fl extras")["message"] == "checked: stream_wait_peer_event ");
+  }
 }
 
 TEST_CASE("the stub's deliberately failing kernel fails the run with its message") {

@@ -1,4 +1,5 @@
-// runtime_checks.cpp — device properties, memory, copies, streams, events, error paths, leaks.
+// runtime_checks.cpp — device properties, memory, copies, streams, events, error paths, leaks,
+// and the "fl." extras of get_proc_address a plugin offers.
 #include "runtime_checks.h"
 
 #include "error.h"
@@ -297,18 +298,94 @@ Status check_leaks(const PluginLibrary& p, std::string& message) {
   return Status::Pass;
 }
 
+// The extras fl_abi.h defines, each checked when offered: fl.native_device gives every device
+// a distinct ordinal; fl.native_stream gives non-NULL, distinct handles for the default and a
+// created stream; fl.stream_wait_peer_event (two devices or more) orders a stream of device 1
+// after an event recorded on device 0 behind 64 MiB of memset — once that stream has been
+// synchronized the event must report complete. Bad arguments must return errors.
+Status check_extras(const PluginLibrary& p, std::string& message) {
+  std::string problems, done;
+  auto expect_error = [&](const std::string& what, fl_status_t s) {
+    if (s == FL_OK) problems += what + " returned FL_OK; ";
+    else if (p.last_error().empty()) problems += what + " returned an error with an empty last_error; ";
+  };
+  const int32_t bad = p.device_count() + 7;
+  if (auto native_device = reinterpret_cast<fl_native_device_fn>(p.extra(FL_EXTRA_NATIVE_DEVICE))) {
+    std::set<int32_t> ordinals;
+    for (int32_t d = 0; d < p.device_count(); ++d) {
+      int32_t ordinal = -1;
+      p.check(native_device(d, &ordinal), FL_EXTRA_NATIVE_DEVICE);
+      if (ordinal < 0 || !ordinals.insert(ordinal).second)
+        problems += "fl.native_device(" + std::to_string(d) + ") gave ordinal " + std::to_string(ordinal) + "; ";
+    }
+    int32_t ordinal = 0;
+    expect_error("fl.native_device(bad device)", native_device(bad, &ordinal));
+    expect_error("fl.native_device(NULL out)", native_device(kDevice, nullptr));
+    done += "native_device ";
+  }
+  if (auto native_stream = reinterpret_cast<fl_native_stream_fn>(p.extra(FL_EXTRA_NATIVE_STREAM))) {
+    fl_stream_t s = nullptr;
+    p.check(p.ops().stream_create(kDevice, 0, &s), "stream_create");
+    void* of_default = nullptr;
+    void* of_created = nullptr;
+    p.check(native_stream(kDevice, nullptr, &of_default), FL_EXTRA_NATIVE_STREAM);
+    p.check(native_stream(kDevice, s, &of_created), FL_EXTRA_NATIVE_STREAM);
+    if (of_default == nullptr || of_created == nullptr || of_default == of_created)
+      problems += "fl.native_stream: default and created stream handles must be non-NULL and distinct; ";
+    expect_error("fl.native_stream(NULL out)", native_stream(kDevice, s, nullptr));
+    p.check(p.ops().stream_destroy(kDevice, s), "stream_destroy");
+    done += "native_stream ";
+  }
+  if (auto peer_wait = reinterpret_cast<fl_stream_wait_peer_event_fn>(p.extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT))) {
+    if (p.device_count() < 2) {
+      done += "stream_wait_peer_event (one device: ordering not checked) ";
+    } else {
+      const size_t bytes = std::min<uint64_t>(64u << 20, p.devices()[kDevice].total_memory / 8);
+      Block big(p, bytes);
+      fl_stream_t s0 = nullptr, s1 = nullptr;
+      fl_event_t e0 = nullptr;
+      p.check(p.ops().stream_create(kDevice, 0, &s0), "stream_create");
+      p.check(p.ops().stream_create(1, 0, &s1), "stream_create(device 1)");
+      p.check(p.ops().event_create(kDevice, 0, &e0), "event_create");
+      for (int k = 0; k < 4; ++k)
+        p.check(p.ops().fl_memset_async(kDevice, big.ptr, k, bytes, s0), "fl_memset_async");
+      p.check(p.ops().event_record(kDevice, e0, s0), "event_record");
+      p.check(peer_wait(1, s1, kDevice, e0), FL_EXTRA_STREAM_WAIT_PEER_EVENT);
+      p.check(p.ops().stream_synchronize(1, s1), "stream_synchronize(device 1)");
+      int32_t complete = 0;
+      p.check(p.ops().event_query(kDevice, e0, &complete), "event_query");
+      if (complete != 1)
+        problems += "a stream of device 1 that waited for device 0's event was synchronized before the event completed; ";
+      expect_error("fl.stream_wait_peer_event(NULL event)", peer_wait(1, s1, kDevice, nullptr));
+      expect_error("fl.stream_wait_peer_event(bad event device)", peer_wait(1, s1, bad, e0));
+      p.check(p.ops().stream_synchronize(kDevice, s0), "stream_synchronize");
+      p.check(p.ops().event_destroy(kDevice, e0), "event_destroy");
+      p.check(p.ops().stream_destroy(kDevice, s0), "stream_destroy");
+      p.check(p.ops().stream_destroy(1, s1), "stream_destroy(device 1)");
+      done += "stream_wait_peer_event ";
+    }
+  }
+  if (!problems.empty()) {
+    message = problems;
+    return Status::Fail;
+  }
+  message = done.empty() ? "no fl.* extras offered" : "checked: " + done;
+  return Status::Pass;
+}
+
 }  // namespace
 
 const std::vector<std::string>& device_check_names() {
   static const std::vector<std::string> names = {"device properties", "memory", "copies", "memset",
-                                                  "stream ordering", "events", "error paths", "leaks"};
+                                                  "stream ordering", "events", "error paths", "leaks",
+                                                  "fl extras"};
   return names;
 }
 
 void run_device_checks(const PluginLibrary& plugin, Report& report) {
   using Body = Status (*)(const PluginLibrary&, std::string&);
   const Body bodies[] = {check_properties, check_memory, check_copies, check_memset,
-                         check_stream_ordering, check_events, check_error_paths, check_leaks};
+                         check_stream_ordering, check_events, check_error_paths, check_leaks, check_extras};
   for (size_t k = 0; k < device_check_names().size(); ++k)
     report.run(device_check_names()[k], [&](std::string& message) { return bodies[k](plugin, message); });
 }

@@ -17,7 +17,11 @@ Each step:
    ran is recorded, and the balancer runs whichever of {the model's split, each device
    alone} measured fastest, re-running the candidate with the oldest record for one step
    every `probe_every` re-balances — so adding a device costs throughput only during those
-   probes, never for long;
+   probes, never for long. A candidate that loses a probe waits twice as long for the next
+   one; one more than `probe_limit` (2×) slower per sample is not probed. Shard sizes are
+   multiples of a granularity (batch/16 rounded down to a power of two); a step that runs a
+   shard size new to a device is a warm-up (cuDNN plans, allocator blocks): it is not
+   measured and the split runs again, and a probe reuses its device set's last warm split;
 2. every replica first pulls the master's latest weights if it is stale (in its own thread,
    so transfers to different devices overlap; a device that sat steps out pays nothing), then
    runs forward and backward on its shard — one Python thread per device;
@@ -43,8 +47,30 @@ how fast a second Python thread runs while one thread works on fl:0):
   the device threads' per-operator dispatch is serialised while their kernels overlap;
   backward runs in C++ on the autograd engine's per-device worker threads. A model whose step is dominated by dispatch overhead (tiny layers) overlaps less
   than one dominated by kernel time.
+- copies between two devices of one plugin are ordered on the devices (the plugin's
+  "fl.stream_wait_peer_event" extra), so one device's thread pulling weights from the master
+  does not wait on the host for the master's queued work (before this, a replica's weight pull
+  waited for the master GPU's forward, and a 2-GPU split gained nothing);
+- shards are copied from the host batch by each device's thread; pageable host memory makes
+  those copies slow and serialised, so feed pinned batches (DataLoader(pin_memory=True);
+  tensor.pin_memory() pins with the first accelerator's plugin).
 `bench/hetero.py` prints the overlap of two devices' forward/backward (sequential / concurrent
-time: 2.0 perfect, 1.0 none). On the 2-core development host, shared with other builds, the
+time: 2.0 perfect, 1.0 none).
+
+Measured on H200 machines (bench/hetero.py, interleaved windows, 2026-11-30; numbers in
+bench/results/h200x2_2026-11-30_session3_*):
+- a CPU-plugin device beside an H200 adds nothing the H200 cannot do faster: the balancer keeps
+  the H200 alone and the pair runs at the H200's speed (mlp 1.07x, digits CNN 1.05x, a CIFAR-
+  sized convnet 1.13x of a plain loop on the H200). HeteroDataParallel on the H200 alone also
+  measured 1.01-1.19x the plain loop; the likely reason (not profiled): it copies inputs and
+  targets before the forward, while the loop copies the targets after it, and a blocking
+  host-to-device copy waits for the queued forward;
+- two H200s of the CUDA plugin split a compute-bound batch evenly: the convnet at batch 4096
+  (pinned batches) ran 1.69x one H200's plain loop, 0.85x the sum; at batch 1024 the split
+  did not beat one H200 and was not kept;
+- a launch-bound model (the digits CNN, ~2 ms steps) cannot gain from a split at all: the
+  H200's step takes as long for 112 samples as for 128, and both devices' dispatch shares
+  this process's one interpreter. On the 2-core development host, shared with other builds, the
 overlap measured 0.6–1.9 from run to run — even native `torch.mm` in two threads measured
 0.6–0.7 there — so the host, not the binding, bounded it; fl:0 and fl:1 of the CPU plugin are
 the same cores anyway. The numbers that matter come from different silicon (a CUDA-plugin
@@ -66,7 +92,8 @@ precision) if the split must not change results beyond half-precision rounding.
 Not done: buffers (BatchNorm running statistics) are those the master computed on its own
 shard, as in torch.nn.DataParallel; random state (dropout) differs per device; no gradient
 bucketing/overlap of communication with backward (the reduction starts after every replica's
-backward ends); inputs are split on dim 0 only.
+backward ends, parameter by parameter); inputs are split on dim 0 only; one process, so
+every device's Python dispatch shares one interpreter (launch-bound models do not scale).
 """
 from __future__ import annotations
 

@@ -143,17 +143,9 @@ class NativeCollectives:
         self.run(self.group.reduce, tensors, [], lambda w, r: (w, opts))
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor]) -> None:
-        flat = [t for outs in outputs for t in outs]
-        per = [len(outs) for outs in outputs]
-
-        def shape(w, r):
-            lists, k = [], 0
-            for n in per:
-                lists.append(w[k:k + n])
-                k += n
-            return lists, r
-
-        self.run(self.group.allgather, flat, inputs, shape)
+        counts = [len(outs) for outs in outputs]
+        self.run(self.group.allgather, [t for outs in outputs for t in outs], inputs,
+                 lambda w, r: (_regroup(w, counts), r))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor) -> None:
         self.run(self.group._allgather_base, [output], [input], lambda w, r: (w[0], r[0]))
@@ -162,14 +154,15 @@ class NativeCollectives:
         self.run(self.group._reduce_scatter_base, [output], [input], lambda w, r: (w[0], r[0], opts))
 
     def reduce_scatter(self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any) -> None:
-        flat = [t for ins in input_lists for t in ins]
-        per = [len(ins) for ins in input_lists]
+        counts = [len(ins) for ins in input_lists]
+        self.run(self.group.reduce_scatter, outputs, [t for ins in input_lists for t in ins],
+                 lambda w, r: (w, _regroup(r, counts), opts))
 
-        def shape(w, r):
-            lists, k = [], 0
-            for n in per:
-                lists.append(r[k:k + n])
-                k += n
-            return w, lists, opts
 
-        self.run(self.group.reduce_scatter, outputs, flat, shape)
+def _regroup(flat: list[torch.Tensor], counts: list[int]) -> list[list[torch.Tensor]]:
+    """`flat` cut back into lists of `counts` tensors each."""
+    lists, k = [], 0
+    for n in counts:
+        lists.append(flat[k:k + n])
+        k += n
+    return lists

@@ -260,6 +260,23 @@ def test_calibration_makes_the_fastest_device_the_reduction_device(monkeypatch):
         hdp.close()
 
 
+def test_a_reduction_device_outside_the_training_devices():
+    """The master on a device that computes no shard (here the host): every training device
+    holds a replica, gradients meet on the master, results equal the big-batch run."""
+    xs, ys = _data(torch.float64, steps=3, batch=32)
+    expected = _single_device_run(torch.float64, xs, ys, device="cpu")
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, reduce_device="cpu",
+                             split=[1, 1], debug=True)
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert hdp.last_shards == [16, 16] and hdp.module.training is True
+        for g, e in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
 def test_returned_loss_is_the_big_batch_mean():
     xs, ys = _data(torch.float64, steps=1, batch=30)
     model = _model(torch.float64)

@@ -24,6 +24,7 @@ plugin offering both extras. A group uses this route only when every rank can
 from __future__ import annotations
 
 import datetime
+import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -33,17 +34,29 @@ import torch.distributed as dist
 __all__ = ["NativeCollectives", "unavailable_reason"]
 
 
+# The plugins whose extras name a runtime torch's GPU build can drive, and that build's marker.
+_RUNTIME_OF_PLUGIN = {"cuda": ("CUDA", lambda: torch.version.cuda), "hip": ("ROCm", lambda: torch.version.hip)}
+
+
 def unavailable_reason(device_index: int) -> str:
-    """Why fl:`device_index` cannot use NCCL ("" when it can)."""
+    """Why fl:`device_index` cannot use NCCL ("" when it can): its plugin must be one whose
+    runtime this torch build drives (the CUDA plugin with a CUDA build, the HIP plugin with a
+    ROCm build, whose NCCL is RCCL), offer fl.native_device and fl.native_stream, and torch
+    must have NCCL and see a GPU."""
     from torch_fl import _C
 
+    plugin = _C.list_devices()[device_index]["plugin"]
+    if plugin not in _RUNTIME_OF_PLUGIN:
+        return f"fl:{device_index} is a device of the {plugin} plugin (NCCL runs on the cuda and hip plugins' devices)"
+    runtime, version = _RUNTIME_OF_PLUGIN[plugin]
+    if version() is None:
+        return f"fl:{device_index} is a {plugin}-plugin device, but this torch build has no {runtime}"
     if not dist.is_nccl_available():
         return "this torch build has no NCCL"
     if not torch.cuda.is_available():
-        return "this torch build has no CUDA (or no GPU is visible to it)"
-    if _C.native_device(device_index) is None:
-        plugin = _C.list_devices()[device_index]["plugin"]
-        return f"fl:{device_index}'s plugin ({plugin}) offers no fl.native_device extra"
+        return "torch sees no GPU"
+    if _C.native_device(device_index) is None or _C.native_stream(device_index, 0) is None:
+        return f"fl:{device_index}'s plugin ({plugin}) does not offer fl.native_device and fl.native_stream"
     return ""
 
 
@@ -73,7 +86,8 @@ class NativeCollectives:
         # CUDA views of fl memory by (address, dtype, shape): a view owns nothing, so one made
         # for a freed block is still right for whatever tensor lies there next. DDP all-reduces
         # the same buckets every step; rebuilding the view cost more than a small all-reduce.
-        self._aliases: OrderedDict[tuple, torch.Tensor] = OrderedDict()
+        self._aliases: OrderedDict[tuple, torch.Tensor] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()  # DDP's reducer may call from the autograd engine's threads
 
     def __repr__(self) -> str:
         return f"NativeCollectives(NCCL on {self.device} = {self.cuda_device})"
@@ -91,10 +105,14 @@ class NativeCollectives:
         if t.numel() == 0:
             return torch.empty(t.shape, dtype=t.dtype, device=self.cuda_device)
         key = (t.data_ptr(), t.dtype, t.shape)
-        alias = self._aliases.get(key)
-        if alias is None:
-            raw = torch.as_tensor(_CudaArray(t.data_ptr(), t.numel() * t.element_size()), device=self.cuda_device)
-            alias = raw.view(t.dtype).view(t.shape)
+        with self._lock:
+            alias = self._aliases.get(key)
+            if alias is not None:
+                self._aliases.move_to_end(key)
+                return alias
+        raw = torch.as_tensor(_CudaArray(t.data_ptr(), t.numel() * t.element_size()), device=self.cuda_device)
+        alias = raw.view(t.dtype).view(t.shape)
+        with self._lock:
             self._aliases[key] = alias
             if len(self._aliases) > 512:
                 self._aliases.popitem(last=False)
@@ -103,10 +121,11 @@ class NativeCollectives:
     def _stream(self) -> torch.cuda.ExternalStream:
         stream_id = torch.fl.current_stream(self.device.index).stream_id
         handle = int(self._C.native_stream(self.device.index, stream_id))
-        stream = self._streams.get(handle)
-        if stream is None:
-            stream = torch.cuda.ExternalStream(handle, device=self.cuda_device)
-            self._streams[handle] = stream
+        with self._lock:
+            stream = self._streams.get(handle)
+            if stream is None:
+                stream = torch.cuda.ExternalStream(handle, device=self.cuda_device)
+                self._streams[handle] = stream
         return stream
 
     def run(self, collective: Callable[..., dist.Work], written: list[torch.Tensor],

@@ -733,7 +733,8 @@ class HeteroDataParallel:
 
     def _note_master(self) -> None:
         """Which replica is the master, and which are not (read on every step)."""
-        self._master_index = next(i for i, r in enumerate(self.replicas) if r is self.module)
+        # None when the reduction device is not one of the training devices.
+        self._master_index = next((i for i, r in enumerate(self.replicas) if r is self.module), None)
         self._non_master = tuple(i for i, r in enumerate(self.replicas) if r is not self.module)
 
     def _time_transfer(self, index: int) -> float:

@@ -101,6 +101,22 @@ def test_probes_skip_a_device_far_slower_than_the_best():
     assert chosen.count((64, 0)) + chosen.count((59, 5)) == 30  # which is within the limit
 
 
+def test_a_device_far_slower_is_probed_only_at_the_longest_interval():
+    """More than probe_limit times slower than the best: not probed for probe_every·2^6 plans
+    from when it last ran, then once per such interval — a record spoiled by one bad step is
+    not final, and the probes cost little."""
+    b = ThroughputBalancer(2, probe_every=2, probe_limit=2.0)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])   # 1 ms / sample alone
+    b.calibrate(1, [(16, 0.16), (64, 0.64)])     # 10 ms / sample alone
+    probed = []
+    for plan in range(1, 401):
+        sizes = tuple(b.plan(64))
+        if sizes == (0, 64):
+            probed.append(plan)
+        b.record_step(sizes, {(64, 0): 1.0e-3, (0, 64): 10e-3}.get(sizes, 1.2e-3) * 64)
+    assert probed and probed[0] >= 128 and len(probed) <= 3, probed
+
+
 def test_a_split_that_keeps_losing_is_probed_ever_more_rarely():
     b = ThroughputBalancer(2, probe_every=2, probe_limit=3.0)
     b.calibrate(0, [(16, 0.016), (64, 0.064)])   # 1 ms / sample alone
@@ -212,11 +228,14 @@ def test_hetero_equals_single_device_big_batch(dtype, atol, split):
         for g, e in zip(got, expected):
             torch.testing.assert_close(g, e, rtol=0, atol=atol)
         # debug=True asserted before every step that the computing replicas held the
-        # master's bits; replicas are updated lazily, broadcast() brings them all up to date
+        # master's bits. Both devices are the CPU plugin's, so the replica that computed the
+        # last step was sent the new weights right after it (a replica of another plugin is
+        # updated when it next runs); broadcast() brings every replica up to date.
         master = hdp.devices.index(hdp.reduce_device)
         assert hdp.replicas[master] is hdp.module
         assert all(p.device == hdp.reduce_device for p in hdp.module.parameters())
-        assert hdp._stale == {1 - master}
+        assert hdp._push_after_step == (1 - master,)
+        assert hdp._stale == (set() if hdp.last_shards[1 - master] > 0 else {1 - master})
         hdp.broadcast()
         for p0, p1 in zip(hdp.replicas[0].parameters(), hdp.replicas[1].parameters()):
             assert p0.device == torch.device("fl:0") and p1.device == torch.device("fl:1")

@@ -27,6 +27,33 @@ struct Block {
   Block(const Block&) = delete;
 };
 
+// A stream of `device`, drained and destroyed on scope exit (also when a check throws).
+struct OwnedStream {
+  const PluginLibrary& plugin;
+  int32_t device;
+  fl_stream_t stream = nullptr;
+  OwnedStream(const PluginLibrary& p, int32_t d) : plugin(p), device(d) {
+    plugin.check(plugin.ops().stream_create(device, 0, &stream), "stream_create(device " + std::to_string(d) + ")");
+  }
+  ~OwnedStream() {
+    plugin.ops().stream_synchronize(device, stream);
+    plugin.ops().stream_destroy(device, stream);
+  }
+  OwnedStream(const OwnedStream&) = delete;
+};
+
+// An event of `device`, destroyed on scope exit.
+struct OwnedEvent {
+  const PluginLibrary& plugin;
+  int32_t device;
+  fl_event_t event = nullptr;
+  OwnedEvent(const PluginLibrary& p, int32_t d) : plugin(p), device(d) {
+    plugin.check(plugin.ops().event_create(device, 0, &event), "event_create(device " + std::to_string(d) + ")");
+  }
+  ~OwnedEvent() { plugin.ops().event_destroy(device, event); }
+  OwnedEvent(const OwnedEvent&) = delete;
+};
+
 std::vector<uint8_t> pattern(size_t n, uint8_t salt) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + salt);
@@ -302,7 +329,8 @@ Status check_leaks(const PluginLibrary& p, std::string& message) {
 // a distinct ordinal; fl.native_stream gives non-NULL, distinct handles for the default and a
 // created stream; fl.stream_wait_peer_event (two devices or more) orders a stream of device 1
 // after an event recorded on device 0 behind 64 MiB of memset — once that stream has been
-// synchronized the event must report complete. Bad arguments must return errors.
+// synchronized the event must report complete, and so must device 0's work when the event
+// was destroyed right after the wait (as the core does). Bad arguments must return errors.
 Status check_extras(const PluginLibrary& p, std::string& message) {
   std::string problems, done;
   auto expect_error = [&](const std::string& what, fl_status_t s) {
@@ -324,44 +352,60 @@ Status check_extras(const PluginLibrary& p, std::string& message) {
     done += "native_device ";
   }
   if (auto native_stream = reinterpret_cast<fl_native_stream_fn>(p.extra(FL_EXTRA_NATIVE_STREAM))) {
-    fl_stream_t s = nullptr;
-    p.check(p.ops().stream_create(kDevice, 0, &s), "stream_create");
+    OwnedStream s(p, kDevice);
     void* of_default = nullptr;
     void* of_created = nullptr;
     p.check(native_stream(kDevice, nullptr, &of_default), FL_EXTRA_NATIVE_STREAM);
-    p.check(native_stream(kDevice, s, &of_created), FL_EXTRA_NATIVE_STREAM);
+    p.check(native_stream(kDevice, s.stream, &of_created), FL_EXTRA_NATIVE_STREAM);
     if (of_default == nullptr || of_created == nullptr || of_default == of_created)
       problems += "fl.native_stream: default and created stream handles must be non-NULL and distinct; ";
-    expect_error("fl.native_stream(NULL out)", native_stream(kDevice, s, nullptr));
-    p.check(p.ops().stream_destroy(kDevice, s), "stream_destroy");
+    expect_error("fl.native_stream(NULL out)", native_stream(kDevice, s.stream, nullptr));
     done += "native_stream ";
   }
   if (auto peer_wait = reinterpret_cast<fl_stream_wait_peer_event_fn>(p.extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT))) {
     if (p.device_count() < 2) {
       done += "stream_wait_peer_event (one device: ordering not checked) ";
     } else {
-      const size_t bytes = std::min<uint64_t>(64u << 20, p.devices()[kDevice].total_memory / 8);
+      const uint64_t eighth = p.devices()[kDevice].total_memory / 8;
+      const size_t bytes = static_cast<size_t>(std::clamp<uint64_t>(eighth, 1, uint64_t{64} << 20));
       Block big(p, bytes);
-      fl_stream_t s0 = nullptr, s1 = nullptr;
-      fl_event_t e0 = nullptr;
-      p.check(p.ops().stream_create(kDevice, 0, &s0), "stream_create");
-      p.check(p.ops().stream_create(1, 0, &s1), "stream_create(device 1)");
-      p.check(p.ops().event_create(kDevice, 0, &e0), "event_create");
-      for (int k = 0; k < 4; ++k)
-        p.check(p.ops().fl_memset_async(kDevice, big.ptr, k, bytes, s0), "fl_memset_async");
-      p.check(p.ops().event_record(kDevice, e0, s0), "event_record");
-      p.check(peer_wait(1, s1, kDevice, e0), FL_EXTRA_STREAM_WAIT_PEER_EVENT);
-      p.check(p.ops().stream_synchronize(1, s1), "stream_synchronize(device 1)");
-      int32_t complete = 0;
-      p.check(p.ops().event_query(kDevice, e0, &complete), "event_query");
-      if (complete != 1)
-        problems += "a stream of device 1 that waited for device 0's event was synchronized before the event completed; ";
-      expect_error("fl.stream_wait_peer_event(NULL event)", peer_wait(1, s1, kDevice, nullptr));
-      expect_error("fl.stream_wait_peer_event(bad event device)", peer_wait(1, s1, bad, e0));
-      p.check(p.ops().stream_synchronize(kDevice, s0), "stream_synchronize");
-      p.check(p.ops().event_destroy(kDevice, e0), "event_destroy");
-      p.check(p.ops().stream_destroy(kDevice, s0), "stream_destroy");
-      p.check(p.ops().stream_destroy(1, s1), "stream_destroy(device 1)");
+      // Declared after `big`, so destroyed first: the streams are drained before it is freed,
+      // also when a check below throws.
+      OwnedStream s0(p, kDevice), s1(p, 1);
+      auto queue_work = [&] {
+        for (int k = 0; k < 4; ++k)
+          p.check(p.ops().fl_memset_async(kDevice, big.ptr, k, bytes, s0.stream), "fl_memset_async");
+      };
+      {  // The wait orders device 1's stream after the event: synchronized, the event is done.
+        OwnedEvent e0(p, kDevice);
+        queue_work();
+        p.check(p.ops().event_record(kDevice, e0.event, s0.stream), "event_record");
+        p.check(peer_wait(1, s1.stream, kDevice, e0.event), FL_EXTRA_STREAM_WAIT_PEER_EVENT);
+        p.check(p.ops().stream_synchronize(1, s1.stream), "stream_synchronize(device 1)");
+        int32_t complete = 0;
+        p.check(p.ops().event_query(kDevice, e0.event, &complete), "event_query");
+        if (complete != 1)
+          problems += "a stream of device 1 that waited for device 0's event was synchronized before the event completed; ";
+        expect_error("fl.stream_wait_peer_event(NULL event)", peer_wait(1, s1.stream, kDevice, nullptr));
+        expect_error("fl.stream_wait_peer_event(bad event device)", peer_wait(1, s1.stream, bad, e0.event));
+      }
+      {  // The event destroyed right after the wait (as the core does): the wait still holds.
+         // `before`, recorded just ahead of it on the same stream, shows how far device 0 got.
+        OwnedEvent before(p, kDevice);
+        fl_event_t e = nullptr;
+        p.check(p.ops().event_create(kDevice, 0, &e), "event_create");
+        queue_work();
+        p.check(p.ops().event_record(kDevice, before.event, s0.stream), "event_record");
+        p.check(p.ops().event_record(kDevice, e, s0.stream), "event_record");
+        p.check(peer_wait(1, s1.stream, kDevice, e), FL_EXTRA_STREAM_WAIT_PEER_EVENT);
+        p.check(p.ops().event_destroy(kDevice, e), "event_destroy");
+        p.check(p.ops().stream_synchronize(1, s1.stream), "stream_synchronize(device 1)");
+        int32_t complete = 0;
+        p.check(p.ops().event_query(kDevice, before.event, &complete), "event_query");
+        if (complete != 1)
+          problems += "after waiting for an event destroyed right after the wait, device 1's stream was synchronized "
+                      "before device 0's work that preceded the event; ";
+      }
       done += "stream_wait_peer_event ";
     }
   }

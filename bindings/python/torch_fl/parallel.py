@@ -179,9 +179,11 @@ class ThroughputBalancer:
     plans after k losses in a row, k at most 6), so probing a split that keeps losing (a CPU
     beside an H200) costs ever less; a win resets k.
 
-    Shard sizes are multiples of `granularity` (the last device takes the remainder), so that a
+    Shard sizes are multiples of `granularity` (one device takes the remainder), so that a
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
     (cuDNN plans, allocator blocks)."""
+
+    MAX_BACKOFF = 6  # a candidate waits at most probe_every·2^6 plans between probes
 
     def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 2.0):
         if num_devices < 1:
@@ -200,6 +202,7 @@ class ThroughputBalancer:
         self.last_seen: dict[str, int] = {}       # device set -> the plan during which it last ran
         self.losses: dict[str, int] = {}          # device set -> probes lost in a row
         self.last_probe: dict[str, int] = {}      # device set -> the plan that last probed it
+        self._candidates: list[str] = []          # the device sets the last plan chose among
         self.calibrated = False
         self.observations = 0
         self.plans = 0
@@ -253,13 +256,17 @@ class ThroughputBalancer:
         self.last_seen[key] = self.plans
         old = self.measured.get(key)
         if self.probing:
-            # A probe's step replaces the set's record (which may be many plans old), and is
-            # its verdict: is the set now the fastest on record?
-            self.measured[key] = now
-            won = now <= min(self.measured.values())
-            self.losses[key] = 0 if won else min(self.losses.get(key, 0) + 1, 6)
-        else:
-            self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
+            # A probe's step is its verdict: is the set now faster than the other candidates of
+            # this plan on record? A win replaces the set's record (which may be many plans
+            # old), so the next plan runs it; a loss is averaged in, so that one bad step does
+            # not spoil the record.
+            others = [self.measured[k] for k in self._candidates if k != key and k in self.measured]
+            won = now <= min(others, default=math.inf)
+            self.losses[key] = 0 if won else min(self.losses.get(key, 0) + 1, self.MAX_BACKOFF)
+            if won or old is None:
+                self.measured[key] = now
+                return
+        self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
 
     # -- the split
 
@@ -335,19 +342,28 @@ class ThroughputBalancer:
             alone = [0] * self.num_devices
             alone[i] = batch_size
             candidates.setdefault(self._key([i]), alone)
+        self._candidates = list(candidates)
         if len(candidates) == 1:
             return model
         if self.plans % self.probe_every == 0:
-            # Probes skip a candidate that measured more than `probe_limit` times slower per
-            # sample than the best (a CPU beside an H200, alone): one step of it would cost
-            # more than the probes can win back.
             best_seen = min((self.measured[k] for k in candidates if k in self.measured), default=None)
-            worth = [k for k in candidates
-                     if best_seen is None or k not in self.measured
-                     or best_seen < self.measured[k] <= self.probe_limit * best_seen]
-            # A candidate that lost its last k probes waits probe_every·2^k plans.
-            due = [k for k in worth if self.plans - self.last_probe.get(k, -(10 ** 9))
-                   >= self.probe_every * 2 ** self.losses.get(k, 0)]
+
+            def far(k: str) -> bool:  # more than probe_limit times slower per sample than the best
+                return best_seen is not None and k in self.measured and self.measured[k] > self.probe_limit * best_seen
+
+            def is_due(k: str) -> bool:
+                # A candidate that lost its last k probes waits probe_every·2^k plans. One far
+                # slower than the best (a CPU beside an H200, alone) waits the longest, counted
+                # from when it last ran: a step of it costs more than probes can win back, but
+                # a record spoiled by one bad step is not final.
+                if far(k):
+                    since = self.last_probe.get(k, self.last_seen.get(k, 0))
+                    return self.plans - since >= self.probe_every * 2 ** self.MAX_BACKOFF
+                since = self.last_probe.get(k)
+                return since is None or self.plans - since >= self.probe_every * 2 ** self.losses.get(k, 0)
+
+            # The best runs anyway; the others are probed when due, the oldest record first.
+            due = [k for k in candidates if (best_seen is None or self.measured.get(k) != best_seen) and is_due(k)]
             if due:
                 key = min(due, key=lambda k: self.last_seen.get(k, -1))
                 self.probing = True
@@ -365,6 +381,7 @@ class ThroughputBalancer:
         return {"ema": self.ema, "probe_every": self.probe_every, "overhead": list(self.overhead),
                 "per_sample": list(self.per_sample), "transfer": list(self.transfer),
                 "slowdown": list(self.slowdown), "measured": dict(self.measured),
+                "probe_limit": self.probe_limit,
                 "last_seen": dict(self.last_seen), "losses": dict(self.losses),
                 "last_probe": dict(self.last_probe),
                 "calibrated": self.calibrated, "observations": self.observations, "plans": self.plans}
@@ -375,6 +392,8 @@ class ThroughputBalancer:
                              f"this one has {self.num_devices}")
         self.ema = float(state["ema"])
         self.probe_every = int(state["probe_every"])
+        self.probe_limit = float(state.get("probe_limit", self.probe_limit))
+        self.probing = False
         self.overhead = [float(v) for v in state["overhead"]]
         self.per_sample = [float(v) for v in state["per_sample"]]
         self.transfer = [float(v) for v in state["transfer"]]
@@ -424,6 +443,16 @@ def _batch_size(value: Any) -> int:
     raise TypeError(f"cannot take the batch size of {type(value).__name__}")
 
 
+def _plugin_of(device: torch.device) -> str | None:
+    """The plugin behind an fl device (None for other device types)."""
+    if device.type != "fl":
+        return None
+    import torch_fl
+
+    index = device.index if device.index is not None else torch_fl._C.current_device()
+    return torch_fl._C.list_devices()[index]["plugin"]
+
+
 def _call(module: nn.Module, inputs: Any) -> Any:
     if isinstance(inputs, tuple):
         return module(*inputs)
@@ -449,6 +478,8 @@ class HeteroDataParallel:
         probe_every: every this many re-balances, re-measure for one step the split whose
             record is oldest (the model's split or a device alone); a split that keeps
             losing is re-measured ever more rarely.
+        probe_limit: a split or device measured more than this many times slower per sample
+            than the best is re-measured only every probe_every·64 re-balances.
         granularity: shard sizes are multiples of this (default: the largest power of two
             that is at most batch/16), so that a drifting split reuses a few shapes. A step
             that runs a shard size a device has not run before is a warm-up (cuDNN plans,
@@ -462,7 +493,8 @@ class HeteroDataParallel:
                  optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
-                 probe_every: int = 5, granularity: int | None = None, debug: bool = False):
+                 probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
+                 debug: bool = False):
         self.devices = [torch.device(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
@@ -476,7 +508,7 @@ class HeteroDataParallel:
         self.fixed_split = list(split) if split is not None else None
         if self.fixed_split is not None and len(self.fixed_split) != len(self.devices):
             raise ValueError("split needs one proportion per device")
-        self.balancer = ThroughputBalancer(len(self.devices), ema=ema, probe_every=probe_every)
+        self.balancer = ThroughputBalancer(len(self.devices), ema=ema, probe_every=probe_every, probe_limit=probe_limit)
         self.steps = 0
         self.last_shards: list[int] = []
         self.last_device_seconds: list[float | None] = []
@@ -485,6 +517,7 @@ class HeteroDataParallel:
         self._warm: set[tuple[int, int]] = set()        # (device index, shard size) that ran before
         self._rerun: tuple[int, list[int]] | None = None  # (batch, sizes) to measure again, warm
         self._warm_split: dict[tuple, list[int]] = {}     # (batch, device set) -> last split run warm
+        self._refresh_pending = False
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
@@ -568,10 +601,13 @@ class HeteroDataParallel:
             for k in range(batch_size - sum(sizes)):
                 sizes[order[k % len(order)]] += 1
             return sizes
+        due = self.rebalance_every > 0 and self.steps % self.rebalance_every == 0
         if self._rerun is not None and self._rerun[0] == batch_size:
             sizes, self._rerun = self._rerun[1], None
+            self._refresh_pending |= due  # a re-balance due now happens on the next step
             return sizes
-        refresh = (self.rebalance_every > 0 and self.steps % self.rebalance_every == 0) or self.balancer.probing
+        refresh = due or self.balancer.probing or self._refresh_pending
+        self._refresh_pending = False
         if batch_size not in self._shards_for or refresh:
             sizes = self.balancer.plan(batch_size, self._granularity(batch_size))
             if self.balancer.probing:
@@ -628,9 +664,15 @@ class HeteroDataParallel:
                 self._reduce_gradients({i: sizes[i] / batch for i in active})
 
             self.optimizer.step()
-            # Replicas receive the new weights when they next run (in their own thread), so a
-            # device that sits a step out costs no transfer.
+            # A replica that computed this step and shares the master's plugin receives the
+            # new weights now: the copies are queued on the devices right behind the optimizer
+            # step (ordered by events), so the next step's pull cannot end up behind the
+            # forward the master's thread queues by then. The others receive them when they
+            # next run, in their own thread, so a device that sits a step out costs nothing.
             self._stale = set(self._non_master)
+            for i in self._push_after_step:
+                if sizes[i] > 0:
+                    self._copy_from_master(i)
             # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
             # Reading the master's loss back also waits for the optimizer step queued behind
             # it on the same stream; when the master computed nothing, wait for the step.
@@ -709,6 +751,7 @@ class HeteroDataParallel:
             self.balancer.calibrate(i, points, self._time_transfer(i))
         self.broadcast()
         self._shards_for.clear()
+        self._rerun = None
 
     def _move_master(self, index: int) -> None:
         """Makes devices[index] the reduction device: the master module moves there (its
@@ -736,6 +779,9 @@ class HeteroDataParallel:
         # None when the reduction device is not one of the training devices.
         self._master_index = next((i for i, r in enumerate(self.replicas) if r is self.module), None)
         self._non_master = tuple(i for i, r in enumerate(self.replicas) if r is not self.module)
+        plugin = _plugin_of(self.reduce_device)
+        self._push_after_step = tuple(i for i in self._non_master
+                                      if plugin is not None and _plugin_of(self.devices[i]) == plugin)
 
     def _time_transfer(self, index: int) -> float:
         """Seconds for the gradients to reach the reduction device and the weights to come back
@@ -769,6 +815,7 @@ class HeteroDataParallel:
         self.balancer.load_state_dict(state["balancer"])
         self.steps = int(state["steps"])
         self._shards_for.clear()
+        self._rerun = None
         self.broadcast()
 
     def close(self) -> None:

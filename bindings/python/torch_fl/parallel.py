@@ -30,10 +30,12 @@ Each step:
    big-batch loss: grad = Σ_i (n_i/N)·grad_i (when the master ran the whole batch alone its
    gradient is used as it is);
 4. one optimizer steps the master copy (the replica that lives on the reduction device);
-5. the other replicas are marked stale and receive the master's parameters and buffers
-   before they next compute, so every replica that computes holds the master's exact bits
-   (with `debug=True` they are updated before the step and asserted identical;
-   `broadcast()` updates all at once).
+5. the other replicas receive the master's parameters and buffers before they next compute,
+   so every replica that computes holds the master's exact bits: a replica that computed
+   this step and shares the master's plugin right away (copies queued on the devices behind
+   the optimizer step), the others in their own thread when they next run (with
+   `debug=True` they are updated before the step and asserted identical; `broadcast()`
+   updates all at once).
 
 Concurrency (measured on torch 2.13 with the CPU plugin, OPENBLAS_NUM_THREADS=1, by counting
 how fast a second Python thread runs while one thread works on fl:0):

@@ -182,9 +182,7 @@ step_hetero_example() {
 
 step_hetero_gpus() {
   both_plugins_env
-  local n
-  n=$("$PY" -c "import torch_fl; print(sum(d['plugin'] == 'cuda' for d in torch_fl.list_devices()))")
-  if (( n < 2 )); then echo "one CUDA device: nothing to run"; return 0; fi
+  if (( $(cuda_device_count) < 2 )); then echo "one CUDA device: nothing to run"; return 0; fi
   local rc=0
   # shellcheck disable=SC2086
   local steps="${FL_HETERO_STEPS:-30}" repeats="${FL_HETERO_REPEATS:-3}" pin=()
@@ -202,8 +200,13 @@ step_hetero_gpus() {
 
 # torch.distributed on fl: flccl's NCCL route against host staging (tools/gpu/nccl_check.py),
 # and all_reduce bandwidth beside native NCCL (bench/collectives.py). Needs two GPUs.
+cuda_device_count() {
+  "$PY" -c "import torch_fl; print(sum(d['plugin'] == 'cuda' for d in torch_fl.list_devices()))"
+}
+
 step_nccl() {
   both_plugins_env
+  if (( $(cuda_device_count) < 2 )); then echo "one CUDA device: nothing to run"; return 0; fi
   local rc=0
   if [[ "${FL_NCCL_CHECK:-1}" == 1 ]]; then timeout 300 "$PY" tools/gpu/nccl_check.py || rc=1; fi
   timeout 400 "$PY" bench/collectives.py --json "$OUT/collectives.json" || rc=1

@@ -179,14 +179,11 @@ void Runtime::order_after(int dst, int64_t dst_stream, int src, int64_t src_stre
   // the host.
   const LogicalDevice& to = devices_[dst];
   const LogicalDevice& from = devices_[src];
-  if (to.plugin != from.plugin) {
-    s.synchronize(src_stream);
-    return;
-  }
-  const bool same_device = to.local == from.local;
-  auto peer_wait = same_device ? nullptr
-                               : reinterpret_cast<fl_stream_wait_peer_event_fn>(
-                                     to.plugin->extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT));
+  const bool same_plugin = to.plugin == from.plugin;
+  const bool same_device = same_plugin && to.local == from.local;
+  auto peer_wait = same_plugin && !same_device ? reinterpret_cast<fl_stream_wait_peer_event_fn>(
+                                                     to.plugin->extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT))
+                                               : nullptr;
   if (!same_device && peer_wait == nullptr) {
     s.synchronize(src_stream);
     return;

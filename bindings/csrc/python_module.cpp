@@ -35,27 +35,20 @@ std::string dtype_list(uint64_t mask) {
 // The "fl." extras of a device's plugin (fl_abi.h, get_proc_address): the vendor runtime's
 // ordinal and stream handle behind an fl device and stream, for native collective libraries.
 // None when the plugin does not offer them.
-template <class Fn>
-Fn plugin_extra(int device, const char* name) {
-  const auto& d = runtime().device(device);
-  auto get = d.plugin->entry(&fl_device_ops::get_proc_address);
-  return get != nullptr ? reinterpret_cast<Fn>(get(name)) : nullptr;
-}
-
 py::object native_device(int device) {
-  auto fn = plugin_extra<fl_native_device_fn>(device, FL_EXTRA_NATIVE_DEVICE);
+  const auto& d = runtime().device(device);
+  auto fn = reinterpret_cast<fl_native_device_fn>(d.plugin->extra(FL_EXTRA_NATIVE_DEVICE));
   if (fn == nullptr) return py::none();
   int32_t ordinal = -1;
-  const auto& d = runtime().device(device);
   d.plugin->check(fn(d.local, &ordinal), FL_EXTRA_NATIVE_DEVICE);
   return py::int_(ordinal);
 }
 
 py::object native_stream(int device, int64_t stream_id) {
-  auto fn = plugin_extra<fl_native_stream_fn>(device, FL_EXTRA_NATIVE_STREAM);
+  const auto& d = runtime().device(device);
+  auto fn = reinterpret_cast<fl_native_stream_fn>(d.plugin->extra(FL_EXTRA_NATIVE_STREAM));
   if (fn == nullptr) return py::none();
   void* handle = nullptr;
-  const auto& d = runtime().device(device);
   d.plugin->check(fn(d.local, runtime().streams(device).handle(stream_id), &handle), FL_EXTRA_NATIVE_STREAM);
   return py::int_(reinterpret_cast<uintptr_t>(handle));
 }

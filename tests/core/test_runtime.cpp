@@ -61,6 +61,15 @@ fl::DeviceSelection stub_devices(const std::string& plugin_options) {
   return d;
 }
 
+// The stub's devices (with `stub_options`, which make it two) as fl:0 and fl:1, and the
+// zoo_extra_export plugin's device as fl:2.
+fl::Config two_stub_devices_and_another_plugin(const std::string& stub_options) {
+  fl::Config config;
+  config.devices = {stub_devices(stub_options)};
+  config.devices.push_back(fl::DeviceSelection{"zoo_extra_export", -1, 1.0, {}, ""});
+  return config;
+}
+
 std::string call_log(const fl::PluginLibrary& plugin) {
   auto lookup = plugin.entry(&fl_device_ops::get_proc_address);
   REQUIRE(lookup != nullptr);
@@ -218,10 +227,7 @@ TEST_CASE("runtime: each device's allocator draws on its own plugin device") {
 TEST_CASE("runtime: order_after uses an event on one device, a host wait across devices and plugins") {
   ScopedEnv env;
   env.clean_runtime();
-  fl::Config config;
-  config.devices = {stub_devices("devices=2")};
-  config.devices.push_back(fl::DeviceSelection{"zoo_extra_export", -1, 1.0, {}, ""});
-  Runtime rt(options({FL_STUB_PLUGIN, zoo("zoo_extra_export")}, config));
+  Runtime rt(options({FL_STUB_PLUGIN, zoo("zoo_extra_export")}, two_stub_devices_and_another_plugin("devices=2")));
   REQUIRE(rt.device_count() == 3);
   const auto& stub = *rt.device(0).plugin;
   const int64_t s1 = rt.streams(0).create(0);
@@ -258,10 +264,7 @@ TEST_CASE("runtime: order_after uses an event on one device, a host wait across 
 TEST_CASE("runtime: order_after across two devices of a plugin offering fl.stream_wait_peer_event waits on the device") {
   ScopedEnv env;
   env.clean_runtime();
-  fl::Config config;
-  config.devices = {stub_devices("devices=2;peer_events=1")};
-  config.devices.push_back(fl::DeviceSelection{"zoo_extra_export", -1, 1.0, {}, ""});
-  Runtime rt(options({FL_STUB_PLUGIN, zoo("zoo_extra_export")}, config));
+  Runtime rt(options({FL_STUB_PLUGIN, zoo("zoo_extra_export")}, two_stub_devices_and_another_plugin("devices=2;peer_events=1")));
   REQUIRE(rt.device_count() == 3);
   const auto& stub = *rt.device(0).plugin;
   const int64_t s1 = rt.streams(0).create(0);

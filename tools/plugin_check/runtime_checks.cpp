@@ -54,6 +54,14 @@ struct OwnedEvent {
   OwnedEvent(const OwnedEvent&) = delete;
 };
 
+// What is wrong with how an invalid call (`what`) answered, "" when it returned an error with
+// a message in last_error.
+std::string error_path_problem(const PluginLibrary& p, const std::string& what, fl_status_t s) {
+  if (s == FL_OK) return what + " returned FL_OK; ";
+  if (p.last_error().empty()) return what + " returned " + status_name(s) + " with an empty last_error; ";
+  return "";
+}
+
 std::vector<uint8_t> pattern(size_t n, uint8_t salt) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 31 + salt);
@@ -280,11 +288,7 @@ Status check_error_paths(const PluginLibrary& p, std::string& message) {
   if (auto peer = p.entry(&fl_device_ops::device_can_access_peer))
     cases.push_back({"device_can_access_peer(bad peer)", [&, peer] { return peer(kDevice, bad, &i); }});
   std::string problems;
-  for (auto& [what, call] : cases) {
-    fl_status_t s = call();
-    if (s == FL_OK) problems += what + " returned FL_OK; ";
-    else if (p.last_error().empty()) problems += what + " returned " + status_name(s) + " with an empty last_error; ";
-  }
+  for (auto& [what, call] : cases) problems += error_path_problem(p, what, call());
   if (!problems.empty()) {
     message = problems;
     return Status::Fail;
@@ -333,10 +337,7 @@ Status check_leaks(const PluginLibrary& p, std::string& message) {
 // was destroyed right after the wait (as the core does). Bad arguments must return errors.
 Status check_extras(const PluginLibrary& p, std::string& message) {
   std::string problems, done;
-  auto expect_error = [&](const std::string& what, fl_status_t s) {
-    if (s == FL_OK) problems += what + " returned FL_OK; ";
-    else if (p.last_error().empty()) problems += what + " returned an error with an empty last_error; ";
-  };
+  auto expect_error = [&](const std::string& what, fl_status_t s) { problems += error_path_problem(p, what, s); };
   const int32_t bad = p.device_count() + 7;
   if (auto native_device = reinterpret_cast<fl_native_device_fn>(p.extra(FL_EXTRA_NATIVE_DEVICE))) {
     std::set<int32_t> ordinals;

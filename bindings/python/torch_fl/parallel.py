@@ -18,7 +18,8 @@ Each step:
    alone} measured fastest, re-running the candidate with the oldest record for one step
    every `probe_every` re-balances — so adding a device costs throughput only during those
    probes, never for long. A candidate that loses a probe waits twice as long for the next
-   one; one more than `probe_limit` (2×) slower per sample is not probed. Shard sizes are
+   one; one more than `probe_limit` (2×) slower per sample waits the longest (probe_every·64
+   re-balances). Shard sizes are
    multiples of a granularity (batch/16 rounded down to a power of two); a step that runs a
    shard size new to a device is a warm-up (cuDNN plans, allocator blocks): it is not
    measured and the split runs again, and a probe reuses its device set's last warm split;
@@ -175,11 +176,11 @@ class ThroughputBalancer:
     (EMA; a device alone starts from its calibrated time). `plan` runs whichever of {the
     model's split, each device alone} measured fastest, and every `probe_every`-th plan
     re-runs for one step the candidate with the oldest record — so a device set that is
-    slower than one device alone runs only during those probes — unless that candidate measured
-    more than `probe_limit` times slower per sample than the best, which is never re-run.
-    A candidate that lost its last probe waits twice as long for the next (probe_every·2^k
-    plans after k losses in a row, k at most 6), so probing a split that keeps losing (a CPU
-    beside an H200) costs ever less; a win resets k.
+    slower than one device alone runs only during those probes. A candidate that lost its last
+    probe waits twice as long for the next (probe_every·2^k plans after k losses in a row, k at
+    most MAX_BACKOFF = 6), so probing a split that keeps losing (a CPU beside an H200) costs
+    ever less; a win resets k. One measured more than `probe_limit` times slower per sample
+    than the best waits the longest interval from when it last ran.
 
     Shard sizes are multiples of `granularity` (one device takes the remainder), so that a
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
@@ -616,18 +617,20 @@ class HeteroDataParallel:
                 # A probe asks whether a device set is competitive; a split of that set that
                 # already ran answers it without a warm-up step (new cuDNN plans cost more
                 # than a few samples' difference in the split).
-                warm = self._warm_split.get((batch_size, self._set_of(sizes)))
-                if warm is not None and self._is_cold(sizes):
+                warm = self._warm_split.get((batch_size, self._device_set(sizes)))
+                if warm is not None and self._cold_shards(sizes):
                     sizes = list(warm)
             self._shards_for[batch_size] = sizes
         return self._shards_for[batch_size]
 
     @staticmethod
-    def _set_of(sizes: Sequence[int]) -> tuple[int, ...]:
+    def _device_set(sizes: Sequence[int]) -> tuple[int, ...]:
+        """The devices that get a shard."""
         return tuple(i for i, n in enumerate(sizes) if n > 0)
 
-    def _is_cold(self, sizes: Sequence[int]) -> bool:
-        return any((i, n) not in self._warm for i, n in enumerate(sizes) if n > 0)
+    def _cold_shards(self, sizes: Sequence[int]) -> list[tuple[int, int]]:
+        """(device, shard size) pairs of a split that no step has run yet."""
+        return [(i, sizes[i]) for i in self._device_set(sizes) if (i, sizes[i]) not in self._warm]
 
     def _granularity(self, batch_size: int) -> int:
         if self.granularity is not None:
@@ -641,7 +644,7 @@ class HeteroDataParallel:
         if self.fixed_split is None and not self.balancer.calibrated:
             self.calibrate(inputs, targets, loss_fn)
         sizes = self._shard_sizes(batch)
-        active = [i for i, n in enumerate(sizes) if n > 0]
+        active = self._device_set(sizes)
         if len(active) == 1:
             in_parts, tgt_parts = [inputs], [targets]
         else:
@@ -684,9 +687,9 @@ class HeteroDataParallel:
         step_seconds = time.perf_counter() - start
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
-        cold = [(i, sizes[i]) for i in active if (i, sizes[i]) not in self._warm]
+        cold = self._cold_shards(sizes)
         self._warm.update(cold)
-        self._warm_split[(batch, tuple(active))] = list(sizes)
+        self._warm_split[(batch, active)] = list(sizes)
         if self.fixed_split is None:
             if cold:
                 self._rerun = (batch, list(sizes))  # a warm-up: measure this split on the next step

@@ -56,11 +56,19 @@ def _convnet() -> nn.Module:
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, 10))
 
 
+def _wide() -> nn.Module:
+    """examples/wide_tabular.py's MLP on 2048 features: on a GPU, copying the batch from host
+    memory bounds the step."""
+    from wide_tabular import WideMLP
+    return WideMLP()
+
+
 WORKLOADS = {
     # name: (model factory, input shape per sample, classes, default batch)
     "mlp": (_mlp, (256,), 10, 512),
     "cnn": (_cnn, (1, 8, 8), 10, 256),
     "convnet": (_convnet, (3, 32, 32), 10, 1024),
+    "wide": (_wide, (2048,), 10, 4096),
 }
 
 

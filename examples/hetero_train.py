@@ -3,8 +3,14 @@ plugin's device and the CPU plugin's device; here (FL_CPU_DEVICES=2) fl:0 and fl
 CPU plugin — with torch_fl.parallel.HeteroDataParallel, and compares its throughput with each
 device training alone.
 
-    python examples/hetero_train.py                         # fl:0 + fl:1
+    python examples/hetero_train.py                         # fl:0 + fl:1, the digits CNN
     python examples/hetero_train.py --devices fl:0 fl:1 --epochs 3 --batch-size 256
+    python examples/hetero_train.py --model wide            # a wide tabular MLP
+
+Two models: `digits`, a small CNN on 8x8 handwritten digits (on a GPU its step is bounded by
+kernel launches, not by the batch: a split cannot shorten it), and `wide`, an MLP on 2048
+host-resident features per row (wide_tabular.py; on a GPU its step is bounded by copying the
+batch from host memory, so a CPU device computing on its share of the rows adds throughput).
 
 It prints which plugin drives each device, then per epoch the shard sizes the balancer chose,
 the loss and the samples/s of the pair, then the samples/s of each device alone (a plain
@@ -29,6 +35,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_fl  # noqa: E402
 from torch_fl.parallel import HeteroDataParallel, device_context, synchronize_device  # noqa: E402
 from train_cnn import DigitsCNN, load_data  # noqa: E402
+from wide_tabular import WideMLP, load_wide_data  # noqa: E402
+
+# name: (model factory, data loader (seed) -> ((x_train, y_train), (x_test, y_test)), default batch)
+MODELS = {
+    "digits": (DigitsCNN, load_data, 128),
+    "wide": (WideMLP, load_wide_data, 4096),
+}
 
 
 def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int):
@@ -41,10 +54,10 @@ class AloneLoop:
     optimizer step, loss read back), timed in windows that main() takes between the pair's
     epochs, so that both are measured under the same conditions."""
 
-    def __init__(self, device: str, x: torch.Tensor, y: torch.Tensor, batch_size: int, lr: float):
+    def __init__(self, device: str, make_model, x: torch.Tensor, y: torch.Tensor, batch_size: int, lr: float):
         self.dev = torch.device(device)
         torch.manual_seed(0)
-        self.model = DigitsCNN().to(self.dev)
+        self.model = make_model().to(self.dev)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.data = list(batches(x, y, batch_size))
         self.k, self.samples, self.seconds = 0, 0, 0.0
@@ -79,9 +92,14 @@ class AloneLoop:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--devices", nargs="+", default=["fl:0", "fl:1"])
+    p.add_argument("--model", choices=sorted(MODELS), default="digits")
+    p.add_argument("--samples", type=int, default=0,
+                   help="rows of the wide model's data set (0: wide_tabular's default, 131072)")
     p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--batch-size", type=int, default=0, help="0: the model's default (digits 128, wide 4096)")
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--pin", action="store_true",
+                   help="keep the training rows in pinned host memory (as DataLoader(pin_memory=True) gives)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rebalance-every", type=int, default=10)
     args = p.parse_args()
@@ -90,13 +108,24 @@ def main() -> None:
         info = torch.fl.get_device_properties(d)
         name = info["name"] if info["name"].startswith(info["vendor"]) else f"{info['vendor']} {info['name']}"
         print(f"{d}: plugin {info['plugin']} — {name}")
-    (xtr, ytr), (xte, yte) = load_data(args.seed)
-
-    alone_loops = {d: AloneLoop(d, xtr, ytr, args.batch_size, args.lr) for d in args.devices}
+    make_model, load, default_batch = MODELS[args.model]
+    args.batch_size = args.batch_size or default_batch
+    if args.model == "wide" and args.samples:
+        (xtr, ytr), (xte, yte) = load_wide_data(args.seed, samples=args.samples)
+    else:
+        (xtr, ytr), (xte, yte) = load(args.seed)
+    if args.pin:
+        xtr, ytr = xtr.pin_memory(), ytr.pin_memory()
     steps_per_epoch = len(xtr) // args.batch_size
+    if steps_per_epoch < 1:
+        raise SystemExit(f"--batch-size {args.batch_size} exceeds the {len(xtr)} training rows")
+    print(f"model {args.model}: {len(xtr)} training rows of {tuple(xtr.shape[1:])}, batch {args.batch_size}, "
+          f"{steps_per_epoch} steps per epoch{', pinned' if args.pin else ''}")
+
+    alone_loops = {d: AloneLoop(d, make_model, xtr, ytr, args.batch_size, args.lr) for d in args.devices}
 
     torch.manual_seed(args.seed)
-    hdp = HeteroDataParallel(DigitsCNN(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
+    hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
                              rebalance_every=args.rebalance_every)
     pair_samples, pair_seconds = 0, 0.0
     for epoch in range(args.epochs):

@@ -168,16 +168,29 @@ step_hetero() {
   "$PY" -c "import torch_fl; [print(d['device'], d['plugin'], d['name']) for d in torch_fl.list_devices()]"
   local rc=0
   # shellcheck disable=SC2086
-  timeout 420 "$PY" bench/hetero.py --devices cpu cuda --workloads ${FL_HETERO_WORKLOADS:-mlp cnn convnet} \
+  timeout 420 "$PY" bench/hetero.py --devices cpu cuda --workloads ${FL_HETERO_WORKLOADS:-mlp cnn convnet wide} \
     --steps "${FL_HETERO_STEPS:-30}" --repeats "${FL_HETERO_REPEATS:-3}" --json "$OUT/hetero.json" || rc=1
   step_hetero_example || rc=1
   return $rc
 }
 
+# The example once per model (FL_HETERO_EXAMPLE_MODELS, default "digits wide"), pageable
+# batches; with FL_HETERO_EXAMPLE_PIN=1 each model again with pinned rows.
 step_hetero_example() {
   both_plugins_env
-  timeout 180 "$PY" examples/hetero_train.py --devices "$(first_device_of cpu)" "$(first_device_of cuda)" \
-    --epochs "${FL_HETERO_EPOCHS:-8}"
+  local rc=0 model cpu cuda
+  cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
+  for model in ${FL_HETERO_EXAMPLE_MODELS:-digits wide}; do
+    echo "== examples/hetero_train.py --model $model"
+    timeout 180 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" --model "$model" \
+      --epochs "${FL_HETERO_EPOCHS:-8}" || rc=1
+    if [[ "${FL_HETERO_EXAMPLE_PIN:-0}" == 1 ]]; then
+      echo "== examples/hetero_train.py --model $model --pin"
+      timeout 180 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" --model "$model" --pin \
+        --epochs "${FL_HETERO_EPOCHS:-8}" || rc=1
+    fi
+  done
+  return $rc
 }
 
 step_hetero_gpus() {

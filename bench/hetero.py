@@ -160,7 +160,8 @@ class PairLoop:
     def summary(self, best: float) -> dict:
         return {"samples_per_s": best, "shards": max(self.shards, key=self.shards.get),
                 "shards_seen": {str(list(k)): v for k, v in sorted(self.shards.items(), key=lambda kv: -kv[1])},
-                "balancer": self.hdp.balancer.state_dict()}
+                "balancer": self.hdp.balancer.state_dict(),
+                "calibration_points": getattr(self.hdp, "calibration_points", {})}
 
     def close(self) -> None:
         self.hdp.close()

@@ -160,7 +160,8 @@ def main() -> None:
     print(f"pair {pair:.0f} samples/s (all epochs after calibration) = {pair / fastest:.2f} x fastest alone "
           f"({'meets' if pair >= fastest else 'misses'} >= 1.0), {pair / total:.2f} x sum "
           f"({'meets' if pair >= 0.9 * total else 'misses'} >= 0.9)")
-    print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items() if k in ("slowdown", "measured")})
+    print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items()
+                        if k in ("overhead", "per_sample", "transfer", "slowdown", "measured")})
     print(torch_fl.fallback_report().splitlines()[-1])
 
 

@@ -18,6 +18,7 @@
 #   check_ops     tools/gpu/check_against_cpu.py: ops and an AdamW step against PyTorch's CPU
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
+#   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
 #   hetero_gpus   bench/hetero.py on two CUDA devices, and on CPU + two CUDA (2-GPU machines)
 #   nccl          tools/gpu/nccl_check.py and bench/collectives.py (2-GPU machines)
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
@@ -189,6 +190,29 @@ step_hetero_example() {
       timeout 180 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" --model "$model" --pin \
         --epochs "${FL_HETERO_EPOCHS:-8}" || rc=1
     fi
+  done
+  return $rc
+}
+
+# How each plugin's forward/backward time grows with the shard size (the balancer's cost
+# model, measured directly), per workload; the CPU plugin also at several OpenBLAS thread
+# counts (FL_SCALING_BLAS_THREADS, "default" = unset).
+step_shard_scaling() {
+  both_plugins_env
+  local rc=0 w threads cpu cuda
+  cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
+  lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^NUMA node\(s\)|^L3" || true
+  for w in ${FL_SCALING_WORKLOADS:-wide cnn}; do
+    timeout 120 "$PY" bench/shard_scaling.py --device "$cuda" --workload "$w" --json "$OUT/scaling_${w}_cuda.json" || rc=1
+    for threads in ${FL_SCALING_BLAS_THREADS:-default 8 4}; do
+      if [[ "$threads" == default ]]; then
+        timeout 120 "$PY" bench/shard_scaling.py --device "$cpu" --workload "$w" --profile \
+          --json "$OUT/scaling_${w}_cpu.json" || rc=1
+      else
+        OPENBLAS_NUM_THREADS="$threads" timeout 120 "$PY" bench/shard_scaling.py --device "$cpu" --workload "$w" \
+          --json "$OUT/scaling_${w}_cpu_blas${threads}.json" || rc=1
+      fi
+    done
   done
   return $rc
 }

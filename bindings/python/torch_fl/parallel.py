@@ -507,6 +507,7 @@ class HeteroDataParallel:
         self.reduce_device = torch.device(reduce_device) if reduce_device is not None else self.devices[0]
         self.rebalance_every = int(rebalance_every)
         self.calibration_reps = max(int(calibration_reps), 1)
+        self.calibration_points: dict[str, list[tuple[int, float]]] = {}  # device -> (shard, s)
         self.debug = debug
         self.fixed_split = list(split) if split is not None else None
         if self.fixed_split is not None and len(self.fixed_split) != len(self.devices):
@@ -752,6 +753,7 @@ class HeteroDataParallel:
         with torch.no_grad():
             for t, s in zip(self._state_tensors(self.module), saved):
                 t.copy_(s)
+        self.calibration_points = {str(d): list(points) for d, points in zip(self.devices, points_by_device)}
         for i, points in enumerate(points_by_device):
             self.balancer.calibrate(i, points, self._time_transfer(i))
         self.broadcast()

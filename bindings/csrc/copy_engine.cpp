@@ -126,14 +126,19 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     // host → fl
     if (!is_fl_tensor(src)) {
       const DeviceRef d = device_ref(dst.device().index());
-      if (d.dev.props.host_accessible) {
-        host_alias(dst).copy_(src);
-        return;
-      }
-      if (dst.is_contiguous()) {
+      // A dense copy goes through the plugin's memcpy, also when the device memory is host
+      // memory: the CPU plugin copies on its stream thread, while ATen's CPU copy would wake
+      // torch's OpenMP pool, whose threads then spin beside the plugin's BLAS threads.
+      // (A conversion or gather into host-accessible memory is written there directly below.)
+      const bool dense_same = src.is_contiguous() && dst.scalar_type() == src.scalar_type();
+      if (dst.is_contiguous() && (dense_same || !d.dev.props.host_accessible)) {
         at::Tensor staged = src.to(dst.scalar_type()).contiguous();
         memcpy_on(d, data_of(dst), staged.const_data_ptr(), staged.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
         d.streams.synchronize(d.streams.current());  // staged is pageable and dies here
+        return;
+      }
+      if (d.dev.props.host_accessible) {
+        host_alias(dst).copy_(src);
         return;
       }
       // A strided destination: read the span it covers, update it on the host, write it back.
@@ -146,13 +151,13 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     // fl → host
     if (!is_fl_tensor(dst)) {
       const DeviceRef d = device_ref(src.device().index());
-      if (d.dev.props.host_accessible) {
-        dst.copy_(host_alias(src));
-        return;
-      }
       if (src.is_contiguous() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
         memcpy_on(d, dst.data_ptr(), data_of(src), dst.nbytes(), FL_MEMCPY_DEVICE_TO_HOST);
         d.streams.synchronize(d.streams.current());
+        return;
+      }
+      if (d.dev.props.host_accessible) {
+        dst.copy_(host_alias(src));
         return;
       }
       at::Tensor span;

@@ -514,6 +514,29 @@ def test_two_plugins_equal_single_device_big_batch(dtype, atol):
         hdp.close()
 
 
+def test_two_plugins_replicas_pull_weights_in_their_own_thread():
+    """Without debug mode the replica of the other plugin pulls each update in its own thread,
+    on a side stream of the master device that waits for the optimizer step: a pull that read
+    the weights before the step (or not at all) would make the result differ from the big
+    batch's."""
+    other = _device_of_another_plugin()
+    if other is None:
+        pytest.skip("only one plugin has devices in this build")
+    xs, ys = _data(torch.float64, steps=5, batch=40)
+    expected = _single_device_run(torch.float64, xs, ys)
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", other], _optimizer, split=[1, 1])
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert list(hdp._pull_streams) == [1]  # the replica's pulls went through its side stream
+        for g, e in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+        hdp.broadcast()
+        hdp.assert_replicas_identical()
+    finally:
+        hdp.close()
+
+
 def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
     """The test above, run where it does not skip: the CPU plugin's fl:0 beside the template
     plugin's device (a second vendor's device, in host memory), in a fresh process."""
@@ -528,6 +551,7 @@ def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
             "print([d['plugin'] for d in torch_fl.list_devices()])\n"
             "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12)\n"
             "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5)\n"
+            "t.test_two_plugins_replicas_pull_weights_in_their_own_thread()\n"
             "print('ok')") % str(Path(__file__).resolve().parent)
     r = run_python(code, env={"FL_CONFIG": str(config), "FL_CPU_DEVICES": "1",
                               "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins)}, timeout=300)

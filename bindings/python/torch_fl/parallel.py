@@ -100,6 +100,7 @@ every device's Python dispatch shares one interpreter (launch-bound models do no
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -132,6 +133,23 @@ def synchronize_device(device: torch.device) -> None:
     module = getattr(torch, device.type, None)
     if module is not None and hasattr(module, "synchronize"):
         module.synchronize(device)
+
+
+@contextlib.contextmanager
+def _current_stream(stream: torch.Stream | None):
+    """Makes `stream` its device's current stream in this thread for the block (None: no
+    change); the current device stays as it was (torch.accelerator.set_stream moves it)."""
+    if stream is None:
+        yield
+        return
+    device = torch.fl.current_device()
+    previous = torch.fl.current_stream(stream.device_index)
+    torch.accelerator.set_stream(stream)
+    try:
+        yield
+    finally:
+        torch.accelerator.set_stream(previous)
+        torch.fl.set_device(device)
 
 
 class device_context:  # noqa: N801 - used like torch.cuda.device
@@ -523,6 +541,12 @@ class HeteroDataParallel:
         self._warm_split: dict[tuple, list[int]] = {}     # (batch, device set) -> last split run warm
         self._refresh_pending = False
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
+        # Replicas of another plugin pull the master's weights in their own thread, on a side
+        # stream of the master device that waits for this event (recorded behind each optimizer
+        # step): on the master's own stream the pull would queue behind the forward that the
+        # master's thread queues at the same time, and the replica would start only after it.
+        self._weights_ready: torch.Event | None = None
+        self._pull_streams: dict[int, torch.Stream] = {}
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -558,10 +582,18 @@ class HeteroDataParallel:
         if self.debug:
             self.assert_replicas_identical(indices)
 
-    def _copy_from_master(self, index: int) -> None:
+    def _copy_from_master(self, index: int, side_stream: bool = False) -> None:
+        """Copies the master's state into replica `index`; with `side_stream`, on that
+        replica's side stream of the master device, ordered after the last optimizer step."""
         replica = self.replicas[index]
         if replica is not self.module:
-            with torch.no_grad():
+            stream = None
+            if side_stream and self._weights_ready is not None:
+                stream = self._pull_streams.get(index)
+                if stream is None:
+                    stream = self._pull_streams[index] = torch.Stream(device=self.reduce_device)
+                stream.wait_event(self._weights_ready)
+            with torch.no_grad(), _current_stream(stream):
                 for target, source in zip(self._state_tensors(replica), self._state_tensors(self.module)):
                     target.copy_(source)
         self._stale.discard(index)
@@ -586,7 +618,7 @@ class HeteroDataParallel:
         with device_context(device):
             start = time.perf_counter()
             if index in self._stale:  # the last update, copied in this device's own thread
-                self._copy_from_master(index)
+                self._copy_from_master(index, side_stream=True)
             x, y = _to(inputs, device), _to(targets, device)
             for p in replica.parameters():
                 p.grad = None
@@ -679,6 +711,10 @@ class HeteroDataParallel:
             for i in self._push_after_step:
                 if sizes[i] > 0:
                     self._copy_from_master(i)
+            if self._pull_after_step:
+                if self._weights_ready is None:
+                    self._weights_ready = torch.Event(device=self.reduce_device)
+                self._weights_ready.record()
             # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
             # Reading the master's loss back also waits for the optimizer step queued behind
             # it on the same stream; when the master computed nothing, wait for the step.
@@ -789,6 +825,10 @@ class HeteroDataParallel:
         plugin = _plugin_of(self.reduce_device)
         self._push_after_step = tuple(i for i in self._non_master
                                       if plugin is not None and _plugin_of(self.devices[i]) == plugin)
+        # Replicas that pull in their own thread through a side stream (an fl master only).
+        self._pull_after_step = plugin is not None and any(i not in self._push_after_step for i in self._non_master)
+        self._weights_ready = None  # an event of the previous master device must not be waited on
+        self._pull_streams = {}
 
     def _time_transfer(self, index: int) -> float:
         """Seconds for the gradients to reach the reduction device and the weights to come back

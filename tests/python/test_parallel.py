@@ -155,6 +155,19 @@ def test_a_probe_that_wins_resets_the_backoff():
     assert b.losses[b._key([0, 1])] == 0
 
 
+def test_beaten_compares_with_the_other_candidates_of_the_last_plan():
+    b = ThroughputBalancer(2)
+    b.calibrate(0, [(64, 0.064), (16, 0.016)])  # records: '0' 1e-3 s per sample...
+    b.calibrate(1, [(64, 0.032), (16, 0.008)])  # ...'1' 0.5e-3
+    b.plan(64)
+    b.measured["0,1"] = 0.8e-3
+    assert b.beaten([32, 32])      # slower than fl:1 alone
+    assert not b.beaten([0, 64])   # fl:1 alone is the best record
+    b.measured["0,1"] = 0.4e-3
+    assert not b.beaten([32, 32])
+    assert b.beaten([0, 64])
+
+
 def test_split_granularity():
     b = ThroughputBalancer(3)
     for i, ms in enumerate((1.0, 2.0, 3.0)):
@@ -492,6 +505,34 @@ def test_a_step_with_a_new_shard_size_is_a_warm_up_and_runs_again():
         assert hdp.balancer.observations == observed + 1
         hdp.train_step(xs[4], ys[4], F.cross_entropy)
         assert hdp.last_shards == [64, 0]               # then the plan goes on
+    finally:
+        hdp.close()
+
+
+def test_a_split_beaten_by_another_candidate_is_replanned_at_the_next_step(monkeypatch):
+    """A split that measures slower than another candidate's record does not run on until the
+    next re-balance: the next step plans again."""
+    xs, ys = _data(torch.float32, steps=6, batch=64)
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, rebalance_every=100)
+    try:
+        monkeypatch.setattr(hdp.balancer, "beaten", lambda sizes: False)
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)  # calibration, then the first plan...
+        hdp.train_step(xs[1], ys[1], F.cross_entropy)  # ...and its warm rerun if it was cold
+        planned = []
+
+        def plan(batch_size, granularity=1):
+            planned.append(batch_size)
+            return [64, 0]                             # calibrated at 64: warm
+
+        monkeypatch.setattr(hdp.balancer, "plan", plan)
+        hdp.train_step(xs[2], ys[2], F.cross_entropy)
+        assert planned == []                           # no re-balance due: the split stays
+        monkeypatch.setattr(hdp.balancer, "beaten", lambda sizes: True)
+        before = hdp.last_shards
+        hdp.train_step(xs[3], ys[3], F.cross_entropy)  # measured, and beaten...
+        assert planned == [] and hdp.last_shards == before
+        hdp.train_step(xs[4], ys[4], F.cross_entropy)  # ...so this step plans again
+        assert planned == [64] and hdp.last_shards == [64, 0]
     finally:
         hdp.close()
 

@@ -17,8 +17,9 @@ Each step:
    ran is recorded, and the balancer runs whichever of {the model's split, each device
    alone} measured fastest, re-running the candidate with the oldest record for one step
    every `probe_every` re-balances — so adding a device costs throughput only during those
-   probes, never for long. A candidate that loses a probe waits twice as long for the next
-   one; one more than `probe_limit` (2×) slower per sample waits the longest (probe_every·64
+   probes, never for long (a step whose device set measures slower than another candidate's
+   record makes the next step plan again, without waiting for the re-balance). A candidate
+   that loses a probe waits twice as long for the next one; one more than `probe_limit` (2×) slower per sample waits the longest (probe_every·64
    re-balances). Shard sizes are
    multiples of a granularity (batch/16 rounded down to a power of two); a step that runs a
    shard size new to a device is a warm-up (cuDNN plans, allocator blocks): it is not
@@ -288,6 +289,14 @@ class ThroughputBalancer:
                 self.measured[key] = now
                 return
         self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
+
+    def beaten(self, shard_sizes: Sequence[int]) -> bool:
+        """Whether the device set of this split now has a worse record (time per sample) than
+        another candidate of the last plan: the plan that chose it is out of date."""
+        key = self._key(i for i, n in enumerate(shard_sizes) if n > 0)
+        mine = self.measured.get(key)
+        others = [self.measured[k] for k in self._candidates if k != key and k in self.measured]
+        return mine is not None and bool(others) and mine > min(others)
 
     # -- the split
 
@@ -733,6 +742,10 @@ class HeteroDataParallel:
             else:
                 self.balancer.observe(sizes, seconds)
                 self.balancer.record_step(sizes, step_seconds)
+                # A split that just measured slower than another candidate's record is not kept
+                # until the next re-balance: the next step plans again (when re-balancing is on).
+                if self.rebalance_every > 0 and not self.balancer.probing and self.balancer.beaten(sizes):
+                    self._refresh_pending = True
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1
         return loss

@@ -74,7 +74,18 @@ bench/results/h200x2_2026-11-30_session3_*):
   did not beat one H200 and was not kept;
 - a launch-bound model (the digits CNN, ~2 ms steps) cannot gain from a split at all: the
   H200's step takes as long for 112 samples as for 128, and both devices' dispatch shares
-  this process's one interpreter. On the 2-core development host, shared with other builds, the
+  this process's one interpreter;
+- a copy-bound model (examples/wide_tabular.py: 2048 host-resident features a row, pageable
+  batches; bench/results/h200_2026-11-30_session4_*) is where the CPU device comes closest:
+  316-391k samples/s alone against the H200's 570-740k. A split still lost there: the
+  CPU device's forward/backward ran 1.4-3x slower beside the H200's thread than alone
+  (OpenBLAS at 4-16 threads did not change it; not profiled further — a likely cause is that
+  the CUDA driver stages pageable copies with CPU memcpys, competing for the same cores and
+  memory), so the split measured ~2.0-2.3 µs per sample against 1.3-1.7 for the H200 alone,
+  and the balancer keeps the H200 alone (0.95x-1.01x of its plain loop, probes included).
+  With pinned rows the H200 alone runs 2.3M samples/s and the CPU device adds too little to
+  matter.
+  On the 2-core development host, shared with other builds, the
 overlap measured 0.6–1.9 from run to run — even native `torch.mm` in two threads measured
 0.6–0.7 there — so the host, not the binding, bounded it; fl:0 and fl:1 of the CPU plugin are
 the same cores anyway. The numbers that matter come from different silicon (a CUDA-plugin

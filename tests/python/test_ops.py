@@ -513,6 +513,64 @@ def test_batch_norm_training_updates_running_stats():
     check(fn, x, torch.zeros(3), torch.ones(3), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+@pytest.mark.parametrize("shape,channels_last", [((4, 3, 5, 5), False), ((4, 3, 5, 5), True), ((8, 6), False),
+                                                 ((2, 3, 4, 4, 2), False)])
+def test_batch_norm_module_forward_backward_runs_natively(dtype, tol, shape, channels_last):
+    """nn.BatchNorm{1,2,3}d in training and eval mode: output, input/weight/bias gradients and
+    the running statistics equal PyTorch's CPU ones, through the plugin's own kernels."""
+    import copy
+
+    import torch.nn as nn
+    import torch_fl
+    from conftest import op_calls
+
+    torch.manual_seed(0)
+    x = torch.randn(*shape, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    cpu = {2: nn.BatchNorm1d, 4: nn.BatchNorm2d, 5: nn.BatchNorm3d}[len(shape)](shape[1]).to(dtype)
+    with torch.no_grad():
+        cpu.weight.uniform_(0.5, 1.5)
+        cpu.bias.uniform_(-0.5, 0.5)
+    fl = copy.deepcopy(cpu).to("fl:0")
+    before = torch_fl.fallback_stats()
+    for training in (True, False, True):
+        cpu.train(training)
+        fl.train(training)
+        xc, xf = x.clone().requires_grad_(), x.to("fl:0").requires_grad_()
+        yc, yf = cpu(xc), fl(xf)
+        g = torch.randn_like(yc)
+        (yc * g).sum().backward()
+        (yf * g.to("fl:0")).sum().backward()
+        for got, want in [(yf, yc), (xf.grad, xc.grad), (fl.weight.grad, cpu.weight.grad),
+                          (fl.bias.grad, cpu.bias.grad), (fl.running_mean, cpu.running_mean),
+                          (fl.running_var, cpu.running_var)]:
+            torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
+        cpu.zero_grad()
+        fl.zero_grad()
+    after = torch_fl.fallback_stats()
+    if torch_fl.list_devices()[0]["plugin"] == "cpu":  # the CPU plugin has these kernels
+        for op in ("aten::native_batch_norm", "aten::native_batch_norm_backward"):
+            calls = {k: op_calls(after, op)[k] - op_calls(before, op)[k] for k in ("native", "cpu_fallback")}
+            assert calls == {"native": 3, "cpu_fallback": 0}, (op, calls)
+
+
+def test_batch_norm_bfloat16_input_with_float_parameters():
+    """Mixed precision: bfloat16 activations, float32 weight, bias and running statistics."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 5, 5).bfloat16()
+    w, b = torch.rand(3) + 0.5, torch.rand(3)
+    rm, rv = torch.zeros(3), torch.ones(3)
+    want = F.batch_norm(x, rm, rv, w, b, training=True)
+    rm_f, rv_f = torch.zeros(3, device="fl:0"), torch.ones(3, device="fl:0")
+    got = F.batch_norm(x.to("fl:0"), rm_f, rv_f, w.to("fl:0"), b.to("fl:0"), training=True)
+    assert got.dtype == torch.bfloat16
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(rm_f.cpu(), rm, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(rv_f.cpu(), rv, rtol=1e-3, atol=1e-3)
+
+
 @pytest.mark.parametrize("padding_idx", [None, 0])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_embedding(padding_idx, dtype):

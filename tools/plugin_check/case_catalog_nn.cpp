@@ -1,10 +1,12 @@
 // case_catalog_nn.cpp — cases for reductions, matrix products, softmax, nll_loss, convolution,
-// max_pool2d and layer_norm (inputs in the ATen 2.13 schema order, outputs as the binding
+// max_pool2d, layer_norm and batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding
 // allocates them).
 #include "case_catalog.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 namespace fl::check {
 
@@ -417,6 +419,79 @@ CatalogEntry layer_norm(bool backward) {
   return e;
 }
 
+// ---- batch_norm ---------------------------------------------------------------------------
+
+// Per-channel mean and 1/sqrt(biased var + eps) of x [N, C, *], as a training forward computes them.
+void channel_stats(const HostTensor& x, const Shape& shape, double eps, std::vector<double>& mean,
+                   std::vector<double>& invstd) {
+  const int64_t n = shape[0], c = shape[1], inner = shape_numel(shape) / std::max<int64_t>(n * c, 1);
+  mean.assign(static_cast<size_t>(c), 0.0);
+  invstd.assign(static_cast<size_t>(c), 0.0);
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double s = 0, s2 = 0;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < inner; ++i) s += x.get_storage((b * c + ch) * inner + i);
+    const double m = s / static_cast<double>(n * inner);
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t i = 0; i < inner; ++i) s2 += std::pow(x.get_storage((b * c + ch) * inner + i) - m, 2);
+    mean[static_cast<size_t>(ch)] = m;
+    invstd[static_cast<size_t>(ch)] = 1.0 / std::sqrt(s2 / static_cast<double>(n * inner) + eps);
+  }
+}
+
+// native_batch_norm / _native_batch_norm_legit (input, weight?, bias?, running_mean?, running_var?,
+// training, momentum, eps) -> (out, save_mean, save_invstd); with `no_training`,
+// _native_batch_norm_legit_no_training (no training argument: eval); with `backward`,
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+// save_invstd?, train, eps, output_mask) -> (grad_input, grad_weight, grad_bias). The running
+// statistics a training forward updates in place are inputs, so they are not compared; the
+// saved statistics and gradients are. Statistics have the input's dtype, float32 for half types
+// (ATen's CUDA kernels keep them in the accumulation type).
+CatalogEntry batch_norm(bool backward, bool no_training = false) {
+  CatalogEntry e;
+  e.tolerance_scale = 10;
+  e.build = [=](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    const fl_dtype_t stat = dtype == FL_DTYPE_FLOAT64 ? dtype : FL_DTYPE_FLOAT32;
+    const double eps = 1e-5, momentum = 0.1;
+    for (auto [label, shape, training, affine] :
+         {std::tuple<std::string, Shape, bool, bool>{"training [4,3,5,5] affine", {4, 3, 5, 5}, true, true},
+          {"training [6,4] no affine", {6, 4}, true, false},
+          {"eval [2,3,4,4,2] affine", {2, 3, 4, 4, 2}, false, true}}) {
+      if (no_training && training) continue;
+      KernelCase c;
+      c.label = label;
+      const int64_t channels = shape[1];
+      HostTensor x = rnd(dtype, shape, label + "x");
+      A weight = affine ? A::of(rnd(stat, {channels}, label + "w", 0.5, 1.5)) : A::none();
+      A bias = affine ? A::of(rnd(stat, {channels}, label + "b")) : A::none();
+      A running_mean = A::of(rnd(stat, {channels}, label + "rm", -0.5, 0.5));
+      A running_var = A::of(rnd(stat, {channels}, label + "rv", 0.5, 2.0));
+      if (!backward) {
+        if (no_training)
+          c.inputs = {A::of(x), weight, bias, running_mean, running_var, A::real(momentum), A::real(eps)};
+        else
+          c.inputs = {A::of(x), weight, bias, running_mean, running_var, A::boolean(training), A::real(momentum),
+                      A::real(eps)};
+        const Shape stat_shape = training ? Shape{channels} : Shape{0};
+        c.outputs = {{dtype, shape}, {stat, stat_shape}, {stat, stat_shape}};
+      } else {
+        std::vector<double> mean, invstd;
+        channel_stats(x, shape, eps, mean, invstd);
+        A save_mean = training ? A::of(HostTensor::from_values(stat, {channels}, mean)) : A::none();
+        A save_invstd = training ? A::of(HostTensor::from_values(stat, {channels}, invstd)) : A::none();
+        c.inputs = {A::of(rnd(dtype, shape, label + "g")), A::of(x), weight, running_mean, running_var, save_mean,
+                    save_invstd, A::boolean(training), A::real(eps), A::bool_list({1, affine ? 1 : 0, affine ? 1 : 0})};
+        c.outputs = {{dtype, shape}, {stat, {channels}, affine}, {stat, {channels}, affine}};
+      }
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  };
+  return e;
+}
+
 }  // namespace
 
 void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& table) {
@@ -447,6 +522,10 @@ void add_nn_ops(std::map<std::string, CatalogEntry>& table) {
     table[std::string("aten::convolution_backward_overrideable") + suffix] = convolution(true);
     table[std::string("aten::native_layer_norm") + suffix] = layer_norm(false);
     table[std::string("aten::native_layer_norm_backward") + suffix] = layer_norm(true);
+    table[std::string("aten::native_batch_norm") + suffix] = batch_norm(false);
+    table[std::string("aten::_native_batch_norm_legit") + suffix] = batch_norm(false);
+    table[std::string("aten::_native_batch_norm_legit_no_training") + suffix] = batch_norm(false, true);
+    table[std::string("aten::native_batch_norm_backward") + suffix] = batch_norm(true);
   }
   table["aten::max_pool2d_with_indices.out"] = max_pool(false);
   table["aten::max_pool2d_with_indices_backward.grad_input"] = max_pool(true);

@@ -26,6 +26,7 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_softmax_kernels(registry);
     register_loss_kernels(registry);
     register_normalization_kernels(registry);
+    register_batch_norm_kernels(registry);
     register_indexing_kernels(registry);
     register_convolution_kernels(registry);
     register_pooling_kernels(registry);

@@ -42,6 +42,7 @@ void register_gemm_kernels(KernelRegistry& registry);
 void register_softmax_kernels(KernelRegistry& registry);
 void register_loss_kernels(KernelRegistry& registry);
 void register_normalization_kernels(KernelRegistry& registry);
+void register_batch_norm_kernels(KernelRegistry& registry);
 void register_indexing_kernels(KernelRegistry& registry);
 void register_convolution_kernels(KernelRegistry& registry);
 void register_pooling_kernels(KernelRegistry& registry);

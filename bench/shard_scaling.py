@@ -32,12 +32,18 @@ def time_sizes(workload: str, device: str, sizes: list[int], reps: int,
     dev = torch.device(device)
     torch.manual_seed(0)
     model = WORKLOADS[workload][0]().to(dev)
-    x, y = _batches(workload, max(sizes), 1)[0]
+    # Passes take turns over several batches, so that a small shard is not read from a cache
+    # that a training loop's fresh rows would miss; gradients are dropped before each pass, as
+    # HeteroDataParallel does.
+    data = _batches(workload, max(sizes), 4)
     out = []
     with device_context(dev):
         for n in sizes:
             times = []
             for k in range(reps + 2):  # two untimed warm-ups per size
+                x, y = data[k % len(data)]
+                for p in model.parameters():
+                    p.grad = None
                 start = time.perf_counter()
                 loss = F.cross_entropy(model(x[:n].to(dev)), y[:n].to(dev))
                 loss.backward()
@@ -47,7 +53,8 @@ def time_sizes(workload: str, device: str, sizes: list[int], reps: int,
             out.append((n, statistics.median(times)))
             if profile and dev.type == "fl":
                 with torch_fl.profile(device_time=True) as prof:
-                    for _ in range(reps):
+                    for k in range(reps):
+                        x, y = data[k % len(data)]
                         F.cross_entropy(model(x[:n].to(dev)), y[:n].to(dev)).backward()
                 print(f"-- shard {n}, {reps} passes:\n{prof.table()}")
     return out

@@ -109,6 +109,10 @@ def main() -> None:
         name = info["name"] if info["name"].startswith(info["vendor"]) else f"{info['vendor']} {info['name']}"
         print(f"{d}: plugin {info['plugin']} — {name}")
     make_model, load, default_batch = MODELS[args.model]
+    if args.samples and args.model != "wide":
+        raise SystemExit("--samples applies to --model wide only")
+    if args.batch_size < 0 or args.samples < 0:
+        raise SystemExit("--batch-size and --samples must not be negative")
     args.batch_size = args.batch_size or default_batch
     if args.model == "wide" and args.samples:
         (xtr, ytr), (xte, yte) = load_wide_data(args.seed, samples=args.samples)

@@ -123,6 +123,18 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     return;
   }
   translate_errors("copy: ", [&] {
+    // Another device type's tensor (a native cuda tensor beside fl devices): through the host,
+    // since the paths below hand its data pointer to the plugin as host memory.
+    if (!is_fl_tensor(src) && !src.is_cpu()) {
+      copy_between(dst, src.cpu(), false);
+      return;
+    }
+    if (!is_fl_tensor(dst) && !dst.is_cpu()) {
+      at::Tensor host = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
+      copy_between(host, src, false);
+      dst.copy_(host);
+      return;
+    }
     // host → fl
     if (!is_fl_tensor(src)) {
       const DeviceRef d = device_ref(dst.device().index());

@@ -123,6 +123,8 @@ def test_list_devices_fields():
     assert devices[0]["stable_id"] != devices[1]["stable_id"]
     assert torch.fl.get_device_name(1) == devices[1]["name"]
     assert torch.fl.get_device_properties("fl:0")["device"] == "fl:0"
+    with pytest.raises(ValueError, match=rf"fl:{len(devices)} does not exist: this process has {len(devices)} fl device"):
+        torch.fl.get_device_properties(len(devices))
 
 
 def test_loaded_and_skipped_plugins():

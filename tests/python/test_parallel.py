@@ -467,7 +467,7 @@ def test_a_probe_reuses_the_last_warm_split_of_its_device_set(monkeypatch):
     hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, rebalance_every=1)
     plans = iter([([36, 28], False), ([36, 28], False), ([36, 28], False), ([40, 24], True), ([40, 24], True)])
 
-    def plan(batch_size, granularity=1):
+    def plan(batch_size, granularity=1, count=True):
         sizes, hdp.balancer.probing = next(plans)
         return sizes
 
@@ -515,13 +515,13 @@ def test_a_split_beaten_by_another_candidate_is_replanned_at_the_next_step(monke
     xs, ys = _data(torch.float32, steps=6, batch=64)
     hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, rebalance_every=100)
     try:
-        monkeypatch.setattr(hdp.balancer, "beaten", lambda sizes: False)
+        monkeypatch.setattr(hdp.balancer, "beaten", lambda sizes: False)  # until the steps below
         hdp.train_step(xs[0], ys[0], F.cross_entropy)  # calibration, then the first plan...
         hdp.train_step(xs[1], ys[1], F.cross_entropy)  # ...and its warm rerun if it was cold
         planned = []
 
-        def plan(batch_size, granularity=1):
-            planned.append(batch_size)
+        def plan(batch_size, granularity=1, count=True):
+            planned.append((batch_size, count))
             return [64, 0]                             # calibrated at 64: warm
 
         monkeypatch.setattr(hdp.balancer, "plan", plan)
@@ -531,8 +531,14 @@ def test_a_split_beaten_by_another_candidate_is_replanned_at_the_next_step(monke
         before = hdp.last_shards
         hdp.train_step(xs[3], ys[3], F.cross_entropy)  # measured, and beaten...
         assert planned == [] and hdp.last_shards == before
-        hdp.train_step(xs[4], ys[4], F.cross_entropy)  # ...so this step plans again
-        assert planned == [64] and hdp.last_shards == [64, 0]
+        monkeypatch.setattr(hdp.balancer, "beaten", lambda sizes: False)
+        hdp.train_step(xs[4], ys[4], F.cross_entropy)  # ...so this step plans again, off the
+        assert planned == [(64, False)] and hdp.last_shards == [64, 0]  # probe clock
+        hdp.train_step(xs[5], ys[5], F.cross_entropy)  # (that split not beaten: it stays)
+        monkeypatch.setattr(hdp.balancer, "beaten", lambda sizes: True)
+        hdp.train_step(xs[5][:40], ys[5][:40], F.cross_entropy)  # a batch of another size and
+        hdp.train_step(xs[5], ys[5], F.cross_entropy)  # the one after it are not compared
+        assert [p for p in planned if p[0] == 64] == [(64, False)]
     finally:
         hdp.close()
 
@@ -557,9 +563,11 @@ def test_two_plugins_equal_single_device_big_batch(dtype, atol):
 
 def test_two_plugins_replicas_pull_weights_in_their_own_thread():
     """Without debug mode the replica of the other plugin pulls each update in its own thread,
-    on a side stream of the master device that waits for the optimizer step: a pull that read
-    the weights before the step (or not at all) would make the result differ from the big
-    batch's."""
+    on a side stream of the master device (parameters, and the buffers as a snapshot taken
+    behind the optimizer step): a pull that missed an update would make the result differ from
+    the big batch's. (The step's loss read-back already waits for the optimizer step, so this
+    cannot catch a missing event wait; it checks that the side-stream path copies the right
+    tensors.)"""
     other = _device_of_another_plugin()
     if other is None:
         pytest.skip("only one plugin has devices in this build")
@@ -574,6 +582,30 @@ def test_two_plugins_replicas_pull_weights_in_their_own_thread():
             torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
         hdp.broadcast()
         hdp.assert_replicas_identical()
+    finally:
+        hdp.close()
+
+
+def test_two_plugins_replicas_pull_buffers_from_the_snapshot():
+    """The replica of the other plugin takes the master's buffers as the optimizer step left
+    them (a snapshot on the master's stream), then updates them with its own shard."""
+    other = _device_of_another_plugin()
+    if other is None:
+        pytest.skip("only one plugin has devices in this build")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).double()
+    hdp = HeteroDataParallel(model, ["fl:0", other], _optimizer, split=[1, 1])
+    try:
+        g = torch.Generator().manual_seed(1)
+        x1, x2 = (torch.randn(16, 6, generator=g, dtype=torch.float64) for _ in range(2))
+        y = torch.randint(0, 2, (16,), generator=g)
+        hdp.train_step(x1, y, F.cross_entropy)
+        master_mean = hdp.module[1].running_mean.cpu()
+        w, b = hdp.module[0].weight.detach().cpu(), hdp.module[0].bias.detach().cpu()  # after step 1
+        hdp.train_step(x2, y, F.cross_entropy)
+        assert hdp._buffer_snapshot is not None and len(hdp._buffer_snapshot) == 3
+        expected = 0.9 * master_mean + 0.1 * F.linear(x2[8:], w, b).mean(0)
+        torch.testing.assert_close(hdp.replicas[1][1].running_mean.cpu(), expected, rtol=0, atol=1e-12)
     finally:
         hdp.close()
 
@@ -593,6 +625,7 @@ def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
             "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12)\n"
             "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5)\n"
             "t.test_two_plugins_replicas_pull_weights_in_their_own_thread()\n"
+            "t.test_two_plugins_replicas_pull_buffers_from_the_snapshot()\n"
             "print('ok')") % str(Path(__file__).resolve().parent)
     r = run_python(code, env={"FL_CONFIG": str(config), "FL_CPU_DEVICES": "1",
                               "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins)}, timeout=300)

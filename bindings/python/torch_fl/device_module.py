@@ -67,12 +67,21 @@ class device:  # noqa: N801 - mirrors torch.cuda.device
         return False
 
 
+def _listed(device: Any = None) -> dict:
+    """The list_devices() entry of `device`; a clear error for an index with no device."""
+    index, devices = _index(device), _C.list_devices()
+    if not 0 <= index < len(devices):
+        raise ValueError(f"fl:{index} does not exist: this process has {len(devices)} fl device(s)"
+                         + (f" (fl:0..fl:{len(devices) - 1})" if devices else ""))
+    return devices[index]
+
+
 def get_device_name(device: Any = None) -> str:
-    return _C.list_devices()[_index(device)]["name"]
+    return _listed(device)["name"]
 
 
 def get_device_properties(device: Any = None) -> dict:
-    return _C.list_devices()[_index(device)]
+    return _listed(device)
 
 
 def get_device_capability(device: Any = None) -> tuple[int, int]:

@@ -369,13 +369,15 @@ class ThroughputBalancer:
                  if self._key([i]) in self.measured]
         return min(alone)[1] if alone else None
 
-    def plan(self, batch_size: int, granularity: int = 1) -> list[int]:
+    def plan(self, batch_size: int, granularity: int = 1, count: bool = True) -> list[int]:
         """The split to run next. Candidates: the model's split, and each device alone.
         Normally the candidate whose device set measured the lowest time per sample (the
         model's split is tried as soon as its set has no record); every `probe_every`-th plan
         instead runs, for one step, the candidate whose record is oldest, so that every
-        record follows the machine as it changes."""
-        self.plans += 1
+        record follows the machine as it changes. A plan with `count=False` (a re-plan
+        between re-balances) neither advances the probe clock nor probes."""
+        if count:
+            self.plans += 1
         self.probing = False
         model = self.split(batch_size, granularity)
         candidates = {self._key(i for i, n in enumerate(model) if n > 0): model}
@@ -386,7 +388,7 @@ class ThroughputBalancer:
         self._candidates = list(candidates)
         if len(candidates) == 1:
             return model
-        if self.plans % self.probe_every == 0:
+        if count and self.plans % self.probe_every == 0:
             best_seen = min((self.measured[k] for k in candidates if k in self.measured), default=None)
 
             def far(k: str) -> bool:  # more than probe_limit times slower per sample than the best
@@ -560,6 +562,8 @@ class HeteroDataParallel:
         self._rerun: tuple[int, list[int]] | None = None  # (batch, sizes) to measure again, warm
         self._warm_split: dict[tuple, list[int]] = {}     # (batch, device set) -> last split run warm
         self._refresh_pending = False
+        self._replan_for: int | None = None  # a batch size whose split measured beaten: plan it again
+        self._last_batch: int | None = None
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
         # Replicas of another plugin pull the master's weights in their own thread, on a side
         # stream of the master device that waits for this event (recorded behind each optimizer
@@ -567,6 +571,10 @@ class HeteroDataParallel:
         # master's thread queues at the same time, and the replica would start only after it.
         self._weights_ready: torch.Event | None = None
         self._pull_streams: dict[int, torch.Stream] = {}
+        # The master's buffers as the step left them, copied on the master's stream before the
+        # event: the master's next forward updates its buffers (BatchNorm statistics) in place
+        # while a side-stream pull may be reading.
+        self._buffer_snapshot: list[torch.Tensor] | None = None
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -613,8 +621,11 @@ class HeteroDataParallel:
                 if stream is None:
                     stream = self._pull_streams[index] = torch.Stream(device=self.reduce_device)
                 stream.wait_event(self._weights_ready)
+            sources = self._state_tensors(self.module)
+            if stream is not None and self._buffer_snapshot is not None:
+                sources = [p.data for p in self.module.parameters()] + self._buffer_snapshot
             with torch.no_grad(), _current_stream(stream):
-                for target, source in zip(self._state_tensors(replica), self._state_tensors(self.module)):
+                for target, source in zip(self._state_tensors(replica), sources):
                     target.copy_(source)
         self._stale.discard(index)
 
@@ -664,8 +675,12 @@ class HeteroDataParallel:
             return sizes
         refresh = due or self.balancer.probing or self._refresh_pending
         self._refresh_pending = False
-        if batch_size not in self._shards_for or refresh:
-            sizes = self.balancer.plan(batch_size, self._granularity(batch_size))
+        replan = self._replan_for == batch_size
+        if replan:
+            self._replan_for = None
+        if batch_size not in self._shards_for or refresh or replan:
+            # A re-plan alone does not advance the probe clock (probes stay paced by re-balances).
+            sizes = self.balancer.plan(batch_size, self._granularity(batch_size), count=refresh or not replan)
             if self.balancer.probing:
                 # A probe asks whether a device set is competitive; a split of that set that
                 # already ran answers it without a warm-up step (new cuDNN plans cost more
@@ -734,6 +749,8 @@ class HeteroDataParallel:
             if self._pull_after_step:
                 if self._weights_ready is None:
                     self._weights_ready = torch.Event(device=self.reduce_device)
+                with torch.no_grad():
+                    self._buffer_snapshot = [b.clone() for b in self.module.buffers()]
                 self._weights_ready.record()
             # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
             # Reading the master's loss back also waits for the optimizer step queued behind
@@ -754,10 +771,14 @@ class HeteroDataParallel:
                 self.balancer.observe(sizes, seconds)
                 self.balancer.record_step(sizes, step_seconds)
                 # A split that just measured slower than another candidate's record is not kept
-                # until the next re-balance: the next step plans again (when re-balancing is on).
-                if self.rebalance_every > 0 and not self.balancer.probing and self.balancer.beaten(sizes):
-                    self._refresh_pending = True
+                # until the next re-balance: the next step of this batch size plans again (when
+                # re-balancing is on; not on a batch of another size than the step before, such
+                # as an epoch's short last batch, whose time per sample is not comparable).
+                if (self.rebalance_every > 0 and not self.balancer.probing and batch == self._last_batch
+                        and self.balancer.beaten(sizes)):
+                    self._replan_for = batch
         self.last_shards, self.last_device_seconds = list(sizes), seconds
+        self._last_batch = batch
         self.steps += 1
         return loss
 
@@ -819,6 +840,7 @@ class HeteroDataParallel:
         self.broadcast()
         self._shards_for.clear()
         self._rerun = None
+        self._replan_for = None
 
     def _move_master(self, index: int) -> None:
         """Makes devices[index] the reduction device: the master module moves there (its
@@ -853,6 +875,7 @@ class HeteroDataParallel:
         self._pull_after_step = plugin is not None and any(i not in self._push_after_step for i in self._non_master)
         self._weights_ready = None  # an event of the previous master device must not be waited on
         self._pull_streams = {}
+        self._buffer_snapshot = None
 
     def _time_transfer(self, index: int) -> float:
         """Seconds for the gradients to reach the reduction device and the weights to come back
@@ -887,6 +910,7 @@ class HeteroDataParallel:
         self.steps = int(state["steps"])
         self._shards_for.clear()
         self._rerun = None
+        self._replan_for = None
         self.broadcast()
 
     def close(self) -> None:

@@ -126,6 +126,104 @@ std::vector<HostTensor> run_mm(const KernelCase& c) {
   return {HostTensor::from_values(spec.dtype, spec.shape, out)};
 }
 
+// ---- batch norm: x [N, C, *] as [n, c, inner], per-channel vectors of any floating dtype ----
+
+struct ChannelView {
+  int64_t n = 0, c = 0, inner = 1;
+  int64_t at(int64_t b, int64_t ch, int64_t i) const { return (b * c + ch) * inner + i; }
+};
+
+ChannelView channel_view(const HostTensor& x) {
+  ChannelView v{x.shape.at(0), x.shape.at(1), 1};
+  for (size_t d = 2; d < x.shape.size(); ++d) v.inner *= x.shape[d];
+  return v;
+}
+
+std::vector<double> per_channel(const CaseArg& a, int64_t c, double fill) {
+  if (a.kind != CaseArg::Kind::Tensor) return std::vector<double>(static_cast<size_t>(c), fill);
+  return a.tensor.values();
+}
+
+// native_batch_norm / _native_batch_norm_legit (x, w?, b?, running_mean?, running_var?, training,
+// momentum, eps); `no_training`: _native_batch_norm_legit_no_training (x, w?, b?, rm, rv, momentum,
+// eps). Outputs: y, save_mean, save_invstd (the last two empty in eval).
+std::vector<HostTensor> run_batch_norm(const KernelCase& c, bool no_training) {
+  const HostTensor& x = c.inputs[0].tensor;
+  const ChannelView v = channel_view(x);
+  const bool training = !no_training && c.inputs[5].b;
+  const double eps = number(c.inputs[no_training ? 6 : 7]);
+  const std::vector<double> w = per_channel(c.inputs[1], v.c, 1.0), b = per_channel(c.inputs[2], v.c, 0.0);
+  std::vector<double> mean = per_channel(c.inputs[3], v.c, 0.0), invstd = per_channel(c.inputs[4], v.c, 1.0);
+  const double m = static_cast<double>(v.n * v.inner);
+  for (int64_t ch = 0; ch < v.c; ++ch) {
+    const auto k = static_cast<size_t>(ch);
+    if (training) {
+      double s = 0, s2 = 0;
+      for (int64_t bt = 0; bt < v.n; ++bt)
+        for (int64_t i = 0; i < v.inner; ++i) s += x.get_storage(v.at(bt, ch, i));
+      mean[k] = s / m;
+      for (int64_t bt = 0; bt < v.n; ++bt)
+        for (int64_t i = 0; i < v.inner; ++i) s2 += std::pow(x.get_storage(v.at(bt, ch, i)) - mean[k], 2);
+      invstd[k] = 1.0 / std::sqrt(s2 / m + eps);
+    } else {
+      invstd[k] = 1.0 / std::sqrt(invstd[k] + eps);  // the running variance was passed
+    }
+  }
+  std::vector<double> y(static_cast<size_t>(x.numel()));
+  for (int64_t bt = 0; bt < v.n; ++bt)
+    for (int64_t ch = 0; ch < v.c; ++ch)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const auto k = static_cast<size_t>(ch);
+        const int64_t at = v.at(bt, ch, i);
+        y[static_cast<size_t>(at)] = (x.get_storage(at) - mean[k]) * invstd[k] * w[k] + b[k];
+      }
+  std::vector<HostTensor> out{HostTensor::from_values(c.outputs[0].dtype, c.outputs[0].shape, y)};
+  for (size_t o = 1; o < 3; ++o) {
+    const OutputSpec& spec = c.outputs[o];
+    out.push_back(shape_numel(spec.shape) == v.c ? HostTensor::from_values(spec.dtype, spec.shape, o == 1 ? mean : invstd)
+                                                  : HostTensor::zeros(spec.dtype, spec.shape));
+  }
+  return out;
+}
+
+// native_batch_norm_backward(grad_out, x, w?, running_mean?, running_var?, save_mean?, save_invstd?,
+// train, eps, output_mask) -> (grad_input, grad_weight, grad_bias).
+std::vector<HostTensor> run_batch_norm_backward(const KernelCase& c) {
+  const HostTensor& g = c.inputs[0].tensor;
+  const HostTensor& x = c.inputs[1].tensor;
+  const ChannelView v = channel_view(x);
+  const bool training = c.inputs[7].b;
+  const double eps = number(c.inputs[8]);
+  const std::vector<double> w = per_channel(c.inputs[2], v.c, 1.0);
+  const std::vector<double> mean = per_channel(c.inputs[training ? 5 : 3], v.c, 0.0);
+  std::vector<double> invstd = per_channel(c.inputs[training ? 6 : 4], v.c, 1.0);
+  if (!training)
+    for (double& var : invstd) var = 1.0 / std::sqrt(var + eps);
+  std::vector<double> sum_g(static_cast<size_t>(v.c), 0.0), sum_gxhat(static_cast<size_t>(v.c), 0.0);
+  for (int64_t bt = 0; bt < v.n; ++bt)
+    for (int64_t ch = 0; ch < v.c; ++ch)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const auto k = static_cast<size_t>(ch);
+        const int64_t at = v.at(bt, ch, i);
+        sum_g[k] += g.get_storage(at);
+        sum_gxhat[k] += g.get_storage(at) * (x.get_storage(at) - mean[k]) * invstd[k];
+      }
+  const double m = static_cast<double>(v.n * v.inner);
+  std::vector<double> dx(static_cast<size_t>(x.numel()));
+  for (int64_t bt = 0; bt < v.n; ++bt)
+    for (int64_t ch = 0; ch < v.c; ++ch)
+      for (int64_t i = 0; i < v.inner; ++i) {
+        const auto k = static_cast<size_t>(ch);
+        const int64_t at = v.at(bt, ch, i);
+        const double xhat = (x.get_storage(at) - mean[k]) * invstd[k];
+        const double d = training ? g.get_storage(at) - sum_g[k] / m - xhat * sum_gxhat[k] / m : g.get_storage(at);
+        dx[static_cast<size_t>(at)] = d * w[k] * invstd[k];
+      }
+  return {HostTensor::from_values(c.outputs[0].dtype, c.outputs[0].shape, dx),
+          HostTensor::from_values(c.outputs[1].dtype, c.outputs[1].shape, sum_gxhat),
+          HostTensor::from_values(c.outputs[2].dtype, c.outputs[2].shape, sum_g)};
+}
+
 }  // namespace
 
 std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const KernelCase& c) {
@@ -133,6 +231,10 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   if (it != elementwise_table().end()) return run_elementwise(it->second, c);
   if (op == "aten::sum.IntList_out" || op == "aten::sum.out") return run_sum(c);
   if (op == "aten::mm.out") return run_mm(c);
+  const std::string base = op.substr(0, op.find('.'));
+  if (base == "aten::native_batch_norm" || base == "aten::_native_batch_norm_legit") return run_batch_norm(c, false);
+  if (base == "aten::_native_batch_norm_legit_no_training") return run_batch_norm(c, true);
+  if (base == "aten::native_batch_norm_backward") return run_batch_norm_backward(c);
   return std::nullopt;
 }
 

@@ -164,6 +164,11 @@ def main() -> None:
     print(f"pair {pair:.0f} samples/s (all epochs after calibration) = {pair / fastest:.2f} x fastest alone "
           f"({'meets' if pair >= fastest else 'misses'} >= 1.0), {pair / total:.2f} x sum "
           f"({'meets' if pair >= 0.9 * total else 'misses'} >= 0.9)")
+    # What the balancer measured for each device set it ran: why it kept the split it kept.
+    records = sorted(hdp.balancer.measured.items(), key=lambda kv: kv[1])
+    names = lambda key: " + ".join(args.devices[int(i)] for i in key.split(","))  # noqa: E731
+    print("time per sample on record (µs; whole steps, or the calibration for a set that never ran): "
+          + ", ".join(f"{names(k)} {v * 1e6:.2f}" for k, v in records))
     print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items()
                         if k in ("overhead", "per_sample", "transfer", "slowdown", "measured")})
     print(torch_fl.fallback_report().splitlines()[-1])

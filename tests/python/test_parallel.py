@@ -603,9 +603,28 @@ def test_two_plugins_replicas_pull_buffers_from_the_snapshot():
         master_mean = hdp.module[1].running_mean.cpu()
         w, b = hdp.module[0].weight.detach().cpu(), hdp.module[0].bias.detach().cpu()  # after step 1
         hdp.train_step(x2, y, F.cross_entropy)
-        assert hdp._buffer_snapshot is not None and len(hdp._buffer_snapshot) == 3
+        assert len(hdp._buffer_snapshot) == 3 and not hdp._side_pulls_ready
         expected = 0.9 * master_mean + 0.1 * F.linear(x2[8:], w, b).mean(0)
         torch.testing.assert_close(hdp.replicas[1][1].running_mean.cpu(), expected, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
+def test_two_plugins_master_alone_steps_take_no_snapshot():
+    """Steps where the replica of the other plugin sits out record no event and copy no
+    buffers: only a step with a side-stream pull prepares one."""
+    other = _device_of_another_plugin()
+    if other is None:
+        pytest.skip("only one plugin has devices in this build")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).double()
+    hdp = HeteroDataParallel(model, ["fl:0", other], _optimizer, split=[1, 0])
+    try:
+        x, y = torch.randn(16, 6, dtype=torch.float64), torch.randint(0, 2, (16,))
+        for _ in range(3):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert hdp.last_shards == [16, 0]
+        assert hdp._weights_ready is None and hdp._buffer_snapshot == [] and not hdp._pull_streams
     finally:
         hdp.close()
 
@@ -626,6 +645,7 @@ def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
             "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5)\n"
             "t.test_two_plugins_replicas_pull_weights_in_their_own_thread()\n"
             "t.test_two_plugins_replicas_pull_buffers_from_the_snapshot()\n"
+            "t.test_two_plugins_master_alone_steps_take_no_snapshot()\n"
             "print('ok')") % str(Path(__file__).resolve().parent)
     r = run_python(code, env={"FL_CONFIG": str(config), "FL_CPU_DEVICES": "1",
                               "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins)}, timeout=300)

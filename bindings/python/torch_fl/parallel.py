@@ -566,15 +566,15 @@ class HeteroDataParallel:
         self._last_batch: int | None = None
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
         # Replicas of another plugin pull the master's weights in their own thread, on a side
-        # stream of the master device that waits for this event (recorded behind each optimizer
-        # step): on the master's own stream the pull would queue behind the forward that the
-        # master's thread queues at the same time, and the replica would start only after it.
+        # stream of the master device that waits for this event (see _prepare_side_pulls): on
+        # the master's own stream the pull would queue behind the forward that the master's
+        # thread queues at the same time, and the replica would start only after it.
         self._weights_ready: torch.Event | None = None
         self._pull_streams: dict[int, torch.Stream] = {}
-        # The master's buffers as the step left them, copied on the master's stream before the
-        # event: the master's next forward updates its buffers (BatchNorm statistics) in place
-        # while a side-stream pull may be reading.
-        self._buffer_snapshot: list[torch.Tensor] | None = None
+        # The master's buffers as the last step left them (the master's forward updates its
+        # buffers, BatchNorm statistics, in place while a side-stream pull may be reading).
+        self._buffer_snapshot: list[torch.Tensor] = []
+        self._side_pulls_ready = False  # the event and snapshot were taken for this step's pulls
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -610,19 +610,32 @@ class HeteroDataParallel:
         if self.debug:
             self.assert_replicas_identical(indices)
 
+    @torch.no_grad()
+    def _prepare_side_pulls(self) -> None:
+        """Before replicas of another plugin pull in their own thread: snapshots the master's
+        buffers and records the event their side streams wait for, on the master's stream,
+        behind the last optimizer step and ahead of the forward the master's thread is about
+        to queue (which updates the buffers in place). Only on steps where such a pull runs,
+        so that steps of the master alone pay nothing."""
+        if self._weights_ready is None:
+            self._weights_ready = torch.Event(device=self.reduce_device)
+        self._buffer_snapshot = [b.clone() for b in self.module.buffers()]
+        self._weights_ready.record()
+        self._side_pulls_ready = True
+
     def _copy_from_master(self, index: int, side_stream: bool = False) -> None:
         """Copies the master's state into replica `index`; with `side_stream`, on that
         replica's side stream of the master device, ordered after the last optimizer step."""
         replica = self.replicas[index]
         if replica is not self.module:
             stream = None
-            if side_stream and self._weights_ready is not None:
+            if side_stream and self._side_pulls_ready:
                 stream = self._pull_streams.get(index)
                 if stream is None:
                     stream = self._pull_streams[index] = torch.Stream(device=self.reduce_device)
                 stream.wait_event(self._weights_ready)
             sources = self._state_tensors(self.module)
-            if stream is not None and self._buffer_snapshot is not None:
+            if stream is not None:
                 sources = [p.data for p in self.module.parameters()] + self._buffer_snapshot
             with torch.no_grad(), _current_stream(stream):
                 for target, source in zip(self._state_tensors(replica), sources):
@@ -649,7 +662,7 @@ class HeteroDataParallel:
         with device_context(device):
             start = time.perf_counter()
             if index in self._stale:  # the last update, copied in this device's own thread
-                self._copy_from_master(index, side_stream=True)
+                self._copy_from_master(index, side_stream=index not in self._push_after_step)
             x, y = _to(inputs, device), _to(targets, device)
             for p in replica.parameters():
                 p.grad = None
@@ -731,9 +744,14 @@ class HeteroDataParallel:
                 # as in a plain training loop.
                 results = {active[0]: self._run_shard(active[0], in_parts[0], tgt_parts[0], loss_fn, wait=False)}
             else:
+                if self._pull_after_step and any(i in self._stale and i not in self._push_after_step for i in active):
+                    self._prepare_side_pulls()
                 futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
                            for i, x, y in zip(active, in_parts, tgt_parts)}
-                results = {i: f.result() for i, f in futures.items()}
+                try:
+                    results = {i: f.result() for i, f in futures.items()}
+                finally:
+                    self._side_pulls_ready = False  # the snapshot is this step's only
                 self._reduce_gradients({i: sizes[i] / batch for i in active})
 
             self.optimizer.step()
@@ -746,12 +764,6 @@ class HeteroDataParallel:
             for i in self._push_after_step:
                 if sizes[i] > 0:
                     self._copy_from_master(i)
-            if self._pull_after_step:
-                if self._weights_ready is None:
-                    self._weights_ready = torch.Event(device=self.reduce_device)
-                with torch.no_grad():
-                    self._buffer_snapshot = [b.clone() for b in self.module.buffers()]
-                self._weights_ready.record()
             # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
             # Reading the master's loss back also waits for the optimizer step queued behind
             # it on the same stream; when the master computed nothing, wait for the step.
@@ -875,7 +887,8 @@ class HeteroDataParallel:
         self._pull_after_step = plugin is not None and any(i not in self._push_after_step for i in self._non_master)
         self._weights_ready = None  # an event of the previous master device must not be waited on
         self._pull_streams = {}
-        self._buffer_snapshot = None
+        self._buffer_snapshot = []
+        self._side_pulls_ready = False
 
     def _time_transfer(self, index: int) -> float:
         """Seconds for the gradients to reach the reduction device and the weights to come back

@@ -54,7 +54,10 @@ how fast a second Python thread runs while one thread works on fl:0):
 - copies between two devices of one plugin are ordered on the devices (the plugin's
   "fl.stream_wait_peer_event" extra), so one device's thread pulling weights from the master
   does not wait on the host for the master's queued work (before this, a replica's weight pull
-  waited for the master GPU's forward, and a 2-GPU split gained nothing);
+  waited for the master GPU's forward, and a 2-GPU split gained nothing); a replica of another
+  plugin (a CPU device beside a GPU master) pulls on a side stream of the master device,
+  ordered behind the optimizer step by an event, with the master's buffers from a snapshot
+  taken there, so its pull does not queue behind the master's forward either;
 - shards are copied from the host batch by each device's thread; pageable host memory makes
   those copies slow and serialised, so feed pinned batches (DataLoader(pin_memory=True);
   tensor.pin_memory() pins with the first accelerator's plugin).

@@ -2,6 +2,7 @@
 
 #include "fl_context.h"
 #include "kernel_call.h"
+#include "staging_pool.h"
 
 #include <plugin_library.h>
 
@@ -222,9 +223,12 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       copy_between(host_alias(dst), src, false);
       return;
     }
-    // Across plugins (or without peer access): stage through host memory. The device-to-host
-    // half waits for src's stream; the host-to-device half is ordered on dst's stream.
-    at::Tensor h = at::empty(src.sizes(), src.options().device(at::kCPU));
+    // Across plugins (or without peer access): stage through host memory pinned by src's
+    // plugin (its device-to-host copy is then a DMA), from a pool that keeps the buffers. The
+    // device-to-host half waits for src's stream; the host-to-device half is ordered on dst's
+    // stream and finished before the buffer goes back to the pool.
+    StagingBuffer staging(sdev.plugin.get(), static_cast<size_t>(src.numel()) * src.element_size());
+    at::Tensor h = at::from_blob(staging.data(), src.sizes(), src.options().device(at::kCPU));
     copy_between(h, src, false);
     copy_between(dst, h, false);
   });

@@ -7,6 +7,7 @@
 #include "op_info.h"
 #include "op_router.h"
 #include "output_meta.h"
+#include "staging_pool.h"
 
 #include <plugin_library.h>
 
@@ -211,6 +212,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_device_timing", &set_device_timing);
   m.def("device_timing", &device_timing);
   m.def("flush_device_times", &flush_device_times, py::call_guard<py::gil_scoped_release>());
+  // Bytes of host staging buffers kept for copies between plugins (copy_engine.cpp).
+  m.def("staging_cached_bytes", &staging_pool_cached_bytes);
   m.def("output_meta_cache_size", &output_meta_cache_size);
   m.def("config", &config_dict);
   m.def("default_generator", [](int d) {

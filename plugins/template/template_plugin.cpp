@@ -29,6 +29,10 @@ constexpr int32_t kDeviceCount = 1;  // VENDOR: the number of cards your driver 
 constexpr size_t kAlignment = 64;    // VENDOR: what your allocator guarantees (CUDA: 256)
 
 bool g_initialized = false;
+// Options: "host_accessible=0" reports the device's memory as not host-accessible (it still
+// is host memory), so the core copies to and from it as to a GPU's memory — for testing the
+// staging paths. VENDOR: report the truth for your memory and drop this option.
+bool g_host_accessible = true;
 
 // A stream handle. VENDOR: your runtime's queue object (cudaStream_t, hipStream_t, aclrtStream).
 struct Stream {
@@ -67,7 +71,19 @@ fl_status_t plugin_init(const fl_host_services* host, const char* options) {
   return guard([&] {
     if (host != nullptr && host->host_abi_major != FL_ABI_MAJOR)
       raise(FL_ERR_VERSION, "template plugin built for ABI major " + std::to_string(FL_ABI_MAJOR));
-    (void)options;  // VENDOR: parse "key=value;..." options here.
+    // VENDOR: parse your "key=value;..." options here.
+    g_host_accessible = true;
+    if (options != nullptr) {
+      const std::string text = options;
+      for (size_t start = 0; start <= text.size();) {
+        const size_t end = std::min(text.find(';', start), text.size());
+        const std::string pair = text.substr(start, end - start);
+        if (pair == "host_accessible=0") g_host_accessible = false;
+        else if (!pair.empty() && pair != "host_accessible=1")
+          raise(FL_ERR_INVALID_ARGUMENT, "template plugin: unknown option '" + pair + "'");
+        start = end + 1;
+      }
+    }
     // VENDOR: probe the driver here (cudaGetDeviceCount, aclInit...). When it is absent,
     // raise(FL_ERR_NO_DEVICE, "<the driver's own error text>"): the core then skips the
     // plugin cleanly and fl-plugin-check reports the device checks as skipped.
@@ -105,7 +121,7 @@ fl_status_t plugin_device_get_properties(int32_t device, fl_device_properties* p
     if (FL_HAS(props, compute_units)) props->compute_units = 1;
     if (FL_HAS(props, alignment)) props->alignment = kAlignment;
     if (FL_HAS(props, dtype_mask)) props->dtype_mask = (uint64_t{1} << FL_DTYPE_COUNT) - 1;
-    if (FL_HAS(props, host_accessible)) props->host_accessible = 1;  // VENDOR: 0 for device memory
+    if (FL_HAS(props, host_accessible)) props->host_accessible = g_host_accessible ? 1 : 0;  // VENDOR: 0 for device memory
     if (FL_HAS(props, supports_pinned_host)) props->supports_pinned_host = 0;
     if (FL_HAS(props, pci_bus_id)) props->pci_bus_id = -1;
     if (FL_HAS(props, reserved0)) props->reserved0 = 0;

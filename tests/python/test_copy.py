@@ -165,24 +165,37 @@ for src, dst in ((a, b), (b, a)):
     # Written on the source device just before the copy (ordering against its stream).
     s2 = s * 2 + 1
     results[f"{src}->{dst} after queued work"] = same(s2.to(dst), base * 2 + 1)
+    # Larger than the staging pool's smallest buffer, twice (the second reuses the buffer).
+    big = torch.randn(1024, 768, generator=torch.Generator().manual_seed(0))
+    big_src = big.to(src)
+    results[f"{src}->{dst} 3 MB"] = same(big_src.to(dst), big)
+    results[f"{src}->{dst} 3 MB again, negated"] = same((-big_src).to(dst), -big)
+results["staging_cached_bytes"] = torch_fl._C.staging_cached_bytes()
 print(json.dumps(results))
 """
 
 
-@pytest.mark.parametrize("cpu_host_accessible", ["1", "0"])
-def test_copies_between_two_plugins(tmp_path, cpu_host_accessible):
+@pytest.mark.parametrize("cpu_host_accessible,template_host_accessible", [("1", "1"), ("0", "1"), ("0", "0")])
+def test_copies_between_two_plugins(tmp_path, cpu_host_accessible, template_host_accessible):
     """The CPU plugin's fl:0 and the template plugin's device (both in one process): copies
-    each way with every layout, with the CPU plugin's memory host-accessible (one direct copy)
-    and not (staged through the host)."""
+    each way with every layout, with one side's memory host-accessible (one direct copy) and
+    neither (staged through a pooled host buffer pinned by the source's plugin)."""
     plugins = [BUILD / "plugins" / "cpu" / "libfl_cpu.so", BUILD / "plugins" / "template" / "libfl_template.so"]
     if not plugins[1].exists():
         pytest.skip("the template plugin is not in this build tree")
     config = tmp_path / "config.yaml"
-    config.write_text("plugins:\n  enable: [cpu, template]\n")
+    config.write_text("plugins:\n  enable: [cpu, template]\n"
+                      + ("devices:\n  - {type: cpu}\n  - {type: template, options: \"host_accessible=0\"}\n"
+                         if template_host_accessible == "0" else ""))
     r = run_python(CROSS_PLUGIN_CODE, env={"FL_CONFIG": str(config), "FL_CPU_DEVICES": "1",
                                             "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins),
                                             "FL_CPU_HOST_ACCESSIBLE": cpu_host_accessible})
     assert r.returncode == 0, r.stderr[-3000:]
     results = json.loads(r.stdout.strip().splitlines()[-1])
-    assert results.pop("host_accessible") == [cpu_host_accessible == "1", True]
+    assert results.pop("host_accessible") == [cpu_host_accessible == "1", template_host_accessible == "1"]
+    # Only copies between two non-host-accessible devices stage; the pool keeps their buffers:
+    # per source plugin a 1 MiB one (the small copies, reused) and a 4 MiB one (the 3 MB copies,
+    # the second reusing the first's).
+    staged = results.pop("staging_cached_bytes")
+    assert staged == (0 if "1" in (cpu_host_accessible, template_host_accessible) else 2 * (5 << 20)), staged
     assert results and all(results.values()), results

@@ -4,6 +4,7 @@
 #include "device_allocator.h"
 
 #include "fl_context.h"
+#include "staging_pool.h"
 
 #include <caching_allocator.h>
 #include <plugin_library.h>
@@ -65,6 +66,7 @@ bool FlDeviceAllocator::initialized() { return device_count_noexcept() > 0; }
 void FlDeviceAllocator::emptyCache(c10::MempoolId_t) {
   translate_errors("empty_cache: ", [&] {
     for (int i = 0; i < runtime().device_count(); ++i) runtime().allocator(i).empty_cache();
+    staging_pool_release();
   });
 }
 

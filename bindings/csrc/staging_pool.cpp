@@ -1,12 +1,14 @@
 // staging_pool.cpp — a small cache of pinned host buffers per plugin. Pinning is slow
 // (cudaHostAlloc of tens of MB takes milliseconds), so buffers are kept after a copy: sizes are
 // rounded up to a power of two (at least 1 MiB), and at most kMaxCachedBytes stay cached in
-// all; a buffer beyond that is freed when its copy ends.
+// all; a buffer beyond that is freed when its copy ends. A copy larger than the cap gets
+// pageable memory (pinning and unpinning that much for one copy costs more than it saves).
 #include "staging_pool.h"
 
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -43,7 +45,8 @@ size_t round_up(size_t bytes) {
 }
 
 Block allocate(const fl::PluginLibrary* plugin, size_t capacity) {
-  auto host_malloc = plugin != nullptr ? plugin->entry(&fl_device_ops::fl_host_malloc) : nullptr;
+  const bool pin = plugin != nullptr && capacity <= kMaxCachedBytes;
+  auto host_malloc = pin ? plugin->entry(&fl_device_ops::fl_host_malloc) : nullptr;
   auto host_free = plugin != nullptr ? plugin->entry(&fl_device_ops::fl_host_free) : nullptr;
   void* data = nullptr;
   if (host_malloc != nullptr && host_free != nullptr && host_malloc(capacity, &data) == FL_OK && data != nullptr)
@@ -64,7 +67,8 @@ void release(const fl::PluginLibrary* plugin, const Block& b) {
 
 }  // namespace
 
-StagingBuffer::StagingBuffer(const fl::PluginLibrary* pinned_by, size_t bytes) : plugin_(pinned_by) {
+StagingBuffer::StagingBuffer(const fl::PluginLibrary* pinned_by, size_t bytes)
+    : plugin_(pinned_by), exceptions_at_start_(std::uncaught_exceptions()) {
   const size_t want = round_up(bytes);
   {
     auto& p = pool();
@@ -90,6 +94,12 @@ StagingBuffer::StagingBuffer(const fl::PluginLibrary* pinned_by, size_t bytes) :
 
 StagingBuffer::~StagingBuffer() {
   const Block b{data_, capacity_, pinned_};
+  // Unwinding from a failed copy: an asynchronous copy may still write the buffer, so it is
+  // not handed to the next copy (freeing it is the plugin's business: its host_free waits).
+  if (std::uncaught_exceptions() > exceptions_at_start_) {
+    release(plugin_, b);
+    return;
+  }
   {
     auto& p = pool();
     std::lock_guard lock(p.mutex);
@@ -100,6 +110,18 @@ StagingBuffer::~StagingBuffer() {
     }
   }
   release(plugin_, b);
+}
+
+void staging_pool_release() {
+  std::map<const fl::PluginLibrary*, std::vector<Block>> blocks;
+  {
+    auto& p = pool();
+    std::lock_guard lock(p.mutex);
+    blocks.swap(p.free);
+    p.cached = 0;
+  }
+  for (const auto& [plugin, list] : blocks)
+    for (const Block& b : list) release(plugin, b);
 }
 
 size_t staging_pool_cached_bytes() {

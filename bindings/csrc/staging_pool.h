@@ -24,6 +24,7 @@ class StagingBuffer {
 
  private:
   const fl::PluginLibrary* plugin_;
+  int exceptions_at_start_ = 0;
   void* data_ = nullptr;
   size_t capacity_ = 0;
   bool pinned_ = false;
@@ -31,5 +32,8 @@ class StagingBuffer {
 
 // Bytes the pool keeps between copies, summed over plugins (for tests and stats).
 size_t staging_pool_cached_bytes();
+
+// Frees every cached buffer (torch.fl.empty_cache()).
+void staging_pool_release();
 
 }  // namespace fl::binding

@@ -77,7 +77,9 @@ fl_status_t plugin_init(const fl_host_services* host, const char* options) {
       const std::string text = options;
       for (size_t start = 0; start <= text.size();) {
         const size_t end = std::min(text.find(';', start), text.size());
-        const std::string pair = text.substr(start, end - start);
+        std::string pair = text.substr(start, end - start);
+        pair.erase(0, pair.find_first_not_of(" \t"));
+        pair.erase(pair.find_last_not_of(" \t") + 1);
         if (pair == "host_accessible=0") g_host_accessible = false;
         else if (!pair.empty() && pair != "host_accessible=1")
           raise(FL_ERR_INVALID_ARGUMENT, "template plugin: unknown option '" + pair + "'");

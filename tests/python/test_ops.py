@@ -556,6 +556,21 @@ def test_batch_norm_module_forward_backward_runs_natively(dtype, tol, shape, cha
             assert calls == {"native": 3, "cpu_fallback": 0}, (op, calls)
 
 
+def test_batch_norm_edge_cases_as_aten():
+    """An empty training batch leaves the running statistics alone; eval with a zero running
+    variance and eps 0 gives what ATen gives (NaN), not a guarded value."""
+    for device in ("cpu", "fl:0"):
+        rm, rv = torch.zeros(3, device=device), torch.ones(3, device=device)
+        out = F.batch_norm(torch.ones(0, 3, 2, 2, device=device), rm, rv, training=True)
+        assert out.shape == (0, 3, 2, 2)
+        assert torch.equal(rm.cpu(), torch.zeros(3)) and torch.equal(rv.cpu(), torch.ones(3))
+    x = torch.randn(4, 3, 2, 2)
+    want = F.batch_norm(x, torch.zeros(3), torch.zeros(3), training=False, eps=0.0)
+    got = F.batch_norm(x.to("fl:0"), torch.zeros(3, device="fl:0"), torch.zeros(3, device="fl:0"),
+                       training=False, eps=0.0)
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
 def test_batch_norm_bfloat16_input_with_float_parameters():
     """Mixed precision: bfloat16 activations, float32 weight, bias and running statistics."""
     torch.manual_seed(0)

@@ -435,7 +435,7 @@ void channel_stats(const HostTensor& x, const Shape& shape, double eps, std::vec
     for (int64_t b = 0; b < n; ++b)
       for (int64_t i = 0; i < inner; ++i) s2 += std::pow(x.get_storage((b * c + ch) * inner + i) - m, 2);
     mean[static_cast<size_t>(ch)] = m;
-    invstd[static_cast<size_t>(ch)] = 1.0 / std::sqrt(s2 / static_cast<double>(n * inner) + eps);
+    invstd[static_cast<size_t>(ch)] = 1.0 / std::sqrt(s2 / static_cast<double>(n * inner) + eps);  // eps > 0 in every case
   }
 }
 

@@ -164,7 +164,7 @@ std::vector<HostTensor> run_batch_norm(const KernelCase& c, bool no_training) {
       mean[k] = s / m;
       for (int64_t bt = 0; bt < v.n; ++bt)
         for (int64_t i = 0; i < v.inner; ++i) s2 += std::pow(x.get_storage(v.at(bt, ch, i)) - mean[k], 2);
-      invstd[k] = 1.0 / std::sqrt(s2 / m + eps);
+      invstd[k] = s2 / m + eps == 0 ? 0.0 : 1.0 / std::sqrt(s2 / m + eps);
     } else {
       invstd[k] = 1.0 / std::sqrt(invstd[k] + eps);  // the running variance was passed
     }

@@ -115,6 +115,7 @@ every device's Python dispatch shares one interpreter (launch-bound models do no
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import copy
 import math
@@ -615,11 +616,12 @@ class HeteroDataParallel:
 
     @torch.no_grad()
     def _prepare_side_pulls(self) -> None:
-        """Before replicas of another plugin pull in their own thread: snapshots the master's
-        buffers and records the event their side streams wait for, on the master's stream,
-        behind the last optimizer step and ahead of the forward the master's thread is about
-        to queue (which updates the buffers in place). Only on steps where such a pull runs,
-        so that steps of the master alone pay nothing."""
+        """Before stale replicas pull in their own thread (one of another plugin, or one of
+        the master's plugin that sat the last step out): snapshots the master's buffers and
+        records the event their side streams wait for, on the master's stream, behind the last
+        optimizer step and ahead of the forward the master's thread is about to queue (which
+        updates the buffers in place). Only on steps where such a pull runs, so that steps of
+        the master alone pay nothing."""
         if self._weights_ready is None:
             self._weights_ready = torch.Event(device=self.reduce_device)
         self._buffer_snapshot = [b.clone() for b in self.module.buffers()]
@@ -665,7 +667,7 @@ class HeteroDataParallel:
         with device_context(device):
             start = time.perf_counter()
             if index in self._stale:  # the last update, copied in this device's own thread
-                self._copy_from_master(index, side_stream=index not in self._push_after_step)
+                self._copy_from_master(index, side_stream=True)
             x, y = _to(inputs, device), _to(targets, device)
             for p in replica.parameters():
                 p.grad = None
@@ -747,14 +749,15 @@ class HeteroDataParallel:
                 # as in a plain training loop.
                 results = {active[0]: self._run_shard(active[0], in_parts[0], tgt_parts[0], loss_fn, wait=False)}
             else:
-                if self._pull_after_step and any(i in self._stale and i not in self._push_after_step for i in active):
+                if self._side_pulls and any(i in self._stale for i in active):
                     self._prepare_side_pulls()
                 futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
                            for i, x, y in zip(active, in_parts, tgt_parts)}
-                try:
-                    results = {i: f.result() for i, f in futures.items()}
-                finally:
-                    self._side_pulls_ready = False  # the snapshot is this step's only
+                # Every shard ends (also when one raised) before the snapshot is dropped and the
+                # caller sees an error: no thread of this step outlives it.
+                concurrent.futures.wait(futures.values())
+                self._side_pulls_ready = False  # the snapshot is this step's only
+                results = {i: f.result() for i, f in futures.items()}
                 self._reduce_gradients({i: sizes[i] / batch for i in active})
 
             self.optimizer.step()
@@ -886,8 +889,8 @@ class HeteroDataParallel:
         plugin = _plugin_of(self.reduce_device)
         self._push_after_step = tuple(i for i in self._non_master
                                       if plugin is not None and _plugin_of(self.devices[i]) == plugin)
-        # Replicas that pull in their own thread through a side stream (an fl master only).
-        self._pull_after_step = plugin is not None and any(i not in self._push_after_step for i in self._non_master)
+        # Stale replicas pull in their own thread through a side stream (an fl master only).
+        self._side_pulls = plugin is not None and bool(self._non_master)
         self._weights_ready = None  # an event of the previous master device must not be waited on
         self._pull_streams = {}
         self._buffer_snapshot = []

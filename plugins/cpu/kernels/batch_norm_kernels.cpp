@@ -18,6 +18,14 @@ namespace {
 
 using plugin::Args;
 
+// 1/sqrt(var + eps) of batch statistics, 0 where var + eps is 0 (ATen's InvStd in training:
+// a constant channel with eps 0 normalises to the bias instead of NaN). Eval uses the running
+// variance without this guard, as ATen does.
+double inverse_std(double var, double eps) {
+  const double v = var + eps;
+  return v == 0 ? 0.0 : 1.0 / std::sqrt(v);
+}
+
 // x viewed as [n, c, inner].
 struct BatchNormShape {
   int64_t n = 0, c = 0, inner = 1;
@@ -95,7 +103,7 @@ void batch_norm_forward(BatchNormShape s, const T* x, T* y, const ForwardParams&
         const T* row = x + (n * s.c + c) * s.inner;
         for (int64_t i = 0; i < s.inner; ++i) sum += convert<double>(row[i]);
       }
-      const double mu = sum / static_cast<double>(m);  // NaN for an empty batch, as in ATen
+      const double mu = sum / static_cast<double>(m);
       double squares = 0;
       for (int64_t n = 0; n < s.n; ++n) {
         const T* row = x + (n * s.c + c) * s.inner;
@@ -106,7 +114,7 @@ void batch_norm_forward(BatchNormShape s, const T* x, T* y, const ForwardParams&
       }
       const auto k = static_cast<size_t>(c);
       mean[k] = mu;
-      invstd[k] = 1.0 / std::sqrt(squares / static_cast<double>(m) + p.eps);
+      invstd[k] = inverse_std(squares / static_cast<double>(m), p.eps);
       running_mean[k] = (1.0 - p.momentum) * running_mean[k] + p.momentum * mu;
       running_var[k] = (1.0 - p.momentum) * running_var[k] + p.momentum * squares / static_cast<double>(m - 1);
     }
@@ -148,6 +156,7 @@ void batch_norm_forward_call(const fl_kernel_call* call, const char* op, Forward
   p.momentum = args.number(layout.momentum);
   p.eps = args.number(layout.eps);
   if (!p.training && (!p.running_mean || !p.running_var)) invalid(op, "eval mode needs running_mean and running_var");
+  if (p.training && s.per_channel() == 0) return;  // ATen: an empty batch leaves the running statistics as they are
   p.save_mean = channel_output(args, 1, s.c, op, "save_mean");
   p.save_invstd = channel_output(args, 2, s.c, op, "save_invstd");
   using Fn = void (*)(BatchNormShape, const char*, char*, const ForwardParams&);

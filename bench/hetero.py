@@ -161,7 +161,7 @@ class PairLoop:
         return {"samples_per_s": best, "shards": max(self.shards, key=self.shards.get),
                 "shards_seen": {str(list(k)): v for k, v in sorted(self.shards.items(), key=lambda kv: -kv[1])},
                 "balancer": self.hdp.balancer.state_dict(),
-                "calibration_points": getattr(self.hdp, "calibration_points", {})}
+                "calibration_points": self.hdp.calibration_points}
 
     def close(self) -> None:
         self.hdp.close()

@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch_fl  # noqa: E402
 from hetero import WORKLOADS, _batches  # noqa: E402
-from torch_fl.parallel import device_context, synchronize_device  # noqa: E402
+from torch_fl.parallel import device_context, fit_line, synchronize_device  # noqa: E402
 
 
 def time_sizes(workload: str, device: str, sizes: list[int], reps: int,
@@ -60,15 +60,6 @@ def time_sizes(workload: str, device: str, sizes: list[int], reps: int,
     return out
 
 
-def fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """(a, b) of the least-squares line t = a + b·n."""
-    ns, ts = [p[0] for p in points], [p[1] for p in points]
-    mn, mt = sum(ns) / len(ns), sum(ts) / len(ts)
-    var = sum((n - mn) ** 2 for n in ns)
-    b = sum((n - mn) * (t - mt) for n, t in zip(ns, ts)) / var if var > 0 else 0.0
-    return mt - b * mn, b
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="fl:0")
@@ -83,7 +74,7 @@ def main() -> None:
           f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}):")
     for n, t in points:
         print(f"  shard {n:6d}: {t * 1e3:8.3f} ms, {t / n * 1e6:8.3f} us/sample")
-    a, b = fit(points)
+    a, b = fit_line(points)  # unclamped, unlike the balancer's
     print(f"  fit: {a * 1e3:.3f} ms + {b * 1e6:.3f} us/sample")
     if args.json:
         with open(args.json, "w") as f:

@@ -65,28 +65,30 @@ void release(const fl::PluginLibrary* plugin, const Block& b) {
   }
 }
 
+// The smallest cached buffer of `plugin` that holds `capacity` bytes, else a new one.
+Block acquire(const fl::PluginLibrary* plugin, size_t capacity) {
+  {
+    auto& p = pool();
+    std::lock_guard lock(p.mutex);
+    auto& blocks = p.free[plugin];
+    auto best = blocks.end();
+    for (auto it = blocks.begin(); it != blocks.end(); ++it)
+      if (it->capacity >= capacity && (best == blocks.end() || it->capacity < best->capacity)) best = it;
+    if (best != blocks.end()) {
+      const Block b = *best;
+      p.cached -= b.capacity;
+      blocks.erase(best);
+      return b;
+    }
+  }
+  return allocate(plugin, capacity);
+}
+
 }  // namespace
 
 StagingBuffer::StagingBuffer(const fl::PluginLibrary* pinned_by, size_t bytes)
     : plugin_(pinned_by), exceptions_at_start_(std::uncaught_exceptions()) {
-  const size_t want = round_up(bytes);
-  {
-    auto& p = pool();
-    std::lock_guard lock(p.mutex);
-    auto& blocks = p.free[plugin_];
-    auto best = blocks.end();
-    for (auto it = blocks.begin(); it != blocks.end(); ++it)
-      if (it->capacity >= want && (best == blocks.end() || it->capacity < best->capacity)) best = it;
-    if (best != blocks.end()) {
-      data_ = best->data;
-      capacity_ = best->capacity;
-      pinned_ = best->pinned;
-      p.cached -= best->capacity;
-      blocks.erase(best);
-      return;
-    }
-  }
-  const Block b = allocate(plugin_, want);
+  const Block b = acquire(plugin_, round_up(bytes));
   data_ = b.data;
   capacity_ = b.capacity;
   pinned_ = b.pinned;

@@ -13,10 +13,15 @@ from conftest import REPO, run_python
 pytest.importorskip("sklearn")
 
 
-def _run_example(*args: str) -> str:
+def _example_process(*args: str, timeout: float = 300):
+    """examples/hetero_train.py with `args`, on fl:0 and fl:1 of the CPU plugin, in a fresh process."""
     code = ("import runpy, sys; sys.argv = ['hetero_train.py'] + %r; "
             "runpy.run_path(%r, run_name='__main__')") % (list(args), str(REPO / "examples" / "hetero_train.py"))
-    r = run_python(code, env={"FL_CPU_DEVICES": "2"}, timeout=300)
+    return run_python(code, env={"FL_CPU_DEVICES": "2"}, timeout=timeout)
+
+
+def _run_example(*args: str) -> str:
+    r = _example_process(*args)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return r.stdout
 
@@ -45,8 +50,6 @@ def test_example_trains_on_two_devices(model, args, batch, min_accuracy):
 
 
 def test_example_rejects_a_batch_larger_than_the_data():
-    code = ("import runpy, sys; sys.argv = ['hetero_train.py', '--model', 'wide', '--samples', '1000', "
-            "'--batch-size', '4096']; runpy.run_path(%r, run_name='__main__')") % str(REPO / "examples" / "hetero_train.py")
-    r = run_python(code, env={"FL_CPU_DEVICES": "2"}, timeout=120)
+    r = _example_process("--model", "wide", "--samples", "1000", "--batch-size", "4096", timeout=120)
     assert r.returncode != 0
     assert "--batch-size 4096 exceeds the 800 training rows" in r.stderr

@@ -197,6 +197,11 @@ def test_balancer_state_round_trips():
 # ---- HeteroDataParallel on fl:0 + fl:1 --------------------------------------------------
 
 
+def _bn_mlp(dtype=torch.float64) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).to(dtype)
+
+
 def _model(dtype, seed=0):
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(12, 32), nn.Tanh(), nn.Linear(32, 32), nn.ReLU(),
@@ -322,8 +327,7 @@ def test_returned_loss_is_the_big_batch_mean():
 
 
 def test_buffers_are_broadcast_from_the_master():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    model = _bn_mlp(torch.float32)
     first_layer = copy.deepcopy(model[0])  # before the step changes it
     hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _optimizer, split=[1, 1], debug=True)
     try:
@@ -454,10 +458,14 @@ def test_a_device_with_a_large_fixed_cost_sits_out():
         hdp.close()
 
 
-def _device_of_another_plugin() -> str | None:
+def _device_of_another_plugin_or_skip() -> str:
+    """A device of a plugin other than fl:0's; skips the test when the build has none (the
+    template-plugin subprocess test below runs these tests where it has)."""
     devices = torch_fl.list_devices()
     others = [d["device"] for d in devices if d["plugin"] != devices[0]["plugin"]]
-    return others[0] if others else None
+    if not others:
+        pytest.skip("only one plugin has devices in this build")
+    return others[0]
 
 
 def test_a_probe_reuses_the_last_warm_split_of_its_device_set(monkeypatch):
@@ -545,9 +553,7 @@ def test_a_split_beaten_by_another_candidate_is_replanned_at_the_next_step(monke
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 def test_two_plugins_equal_single_device_big_batch(dtype, atol):
-    other = _device_of_another_plugin()
-    if other is None:
-        pytest.skip("only one plugin has devices in this build")
+    other = _device_of_another_plugin_or_skip()
     xs, ys = _data(dtype, steps=4, batch=40)
     expected = _single_device_run(dtype, xs, ys)
     hdp = HeteroDataParallel(_model(dtype), ["fl:0", other], _optimizer, split=[1, 1], debug=True)
@@ -568,9 +574,7 @@ def test_two_plugins_replicas_pull_weights_in_their_own_thread():
     the big batch's. (The step's loss read-back already waits for the optimizer step, so this
     cannot catch a missing event wait; it checks that the side-stream path copies the right
     tensors.)"""
-    other = _device_of_another_plugin()
-    if other is None:
-        pytest.skip("only one plugin has devices in this build")
+    other = _device_of_another_plugin_or_skip()
     xs, ys = _data(torch.float64, steps=5, batch=40)
     expected = _single_device_run(torch.float64, xs, ys)
     hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", other], _optimizer, split=[1, 1])
@@ -589,12 +593,8 @@ def test_two_plugins_replicas_pull_weights_in_their_own_thread():
 def test_two_plugins_replicas_pull_buffers_from_the_snapshot():
     """The replica of the other plugin takes the master's buffers as the optimizer step left
     them (a snapshot on the master's stream), then updates them with its own shard."""
-    other = _device_of_another_plugin()
-    if other is None:
-        pytest.skip("only one plugin has devices in this build")
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).double()
-    hdp = HeteroDataParallel(model, ["fl:0", other], _optimizer, split=[1, 1])
+    other = _device_of_another_plugin_or_skip()
+    hdp = HeteroDataParallel(_bn_mlp(), ["fl:0", other], _optimizer, split=[1, 1])
     try:
         g = torch.Generator().manual_seed(1)
         x1, x2 = (torch.randn(16, 6, generator=g, dtype=torch.float64) for _ in range(2))
@@ -613,12 +613,8 @@ def test_two_plugins_replicas_pull_buffers_from_the_snapshot():
 def test_two_plugins_master_alone_steps_take_no_snapshot():
     """Steps where the replica of the other plugin sits out record no event and copy no
     buffers: only a step with a side-stream pull prepares one."""
-    other = _device_of_another_plugin()
-    if other is None:
-        pytest.skip("only one plugin has devices in this build")
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).double()
-    hdp = HeteroDataParallel(model, ["fl:0", other], _optimizer, split=[1, 0])
+    other = _device_of_another_plugin_or_skip()
+    hdp = HeteroDataParallel(_bn_mlp(), ["fl:0", other], _optimizer, split=[1, 0])
     try:
         x, y = torch.randn(16, 6, dtype=torch.float64), torch.randint(0, 2, (16,))
         for _ in range(3):

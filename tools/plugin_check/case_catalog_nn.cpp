@@ -2,8 +2,8 @@
 // max_pool2d, layer_norm and batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding
 // allocates them).
 #include "case_catalog.h"
+#include "naive_reference.h"
 
-#include <algorithm>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -421,24 +421,6 @@ CatalogEntry layer_norm(bool backward) {
 
 // ---- batch_norm ---------------------------------------------------------------------------
 
-// Per-channel mean and 1/sqrt(biased var + eps) of x [N, C, *], as a training forward computes them.
-void channel_stats(const HostTensor& x, const Shape& shape, double eps, std::vector<double>& mean,
-                   std::vector<double>& invstd) {
-  const int64_t n = shape[0], c = shape[1], inner = shape_numel(shape) / std::max<int64_t>(n * c, 1);
-  mean.assign(static_cast<size_t>(c), 0.0);
-  invstd.assign(static_cast<size_t>(c), 0.0);
-  for (int64_t ch = 0; ch < c; ++ch) {
-    double s = 0, s2 = 0;
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t i = 0; i < inner; ++i) s += x.get_storage((b * c + ch) * inner + i);
-    const double m = s / static_cast<double>(n * inner);
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t i = 0; i < inner; ++i) s2 += std::pow(x.get_storage((b * c + ch) * inner + i) - m, 2);
-    mean[static_cast<size_t>(ch)] = m;
-    invstd[static_cast<size_t>(ch)] = 1.0 / std::sqrt(s2 / static_cast<double>(n * inner) + eps);  // eps > 0 in every case
-  }
-}
-
 // native_batch_norm / _native_batch_norm_legit (input, weight?, bias?, running_mean?, running_var?,
 // training, momentum, eps) -> (out, save_mean, save_invstd); with `no_training`,
 // _native_batch_norm_legit_no_training (no training argument: eval); with `backward`,
@@ -478,7 +460,7 @@ CatalogEntry batch_norm(bool backward, bool no_training = false) {
         c.outputs = {{dtype, shape}, {stat, stat_shape}, {stat, stat_shape}};
       } else {
         std::vector<double> mean, invstd;
-        channel_stats(x, shape, eps, mean, invstd);
+        batch_norm_stats(x, eps, mean, invstd);
         A save_mean = training ? A::of(HostTensor::from_values(stat, {channels}, mean)) : A::none();
         A save_invstd = training ? A::of(HostTensor::from_values(stat, {channels}, invstd)) : A::none();
         c.inputs = {A::of(rnd(dtype, shape, label + "g")), A::of(x), weight, running_mean, running_var, save_mean,

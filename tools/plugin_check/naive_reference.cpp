@@ -154,20 +154,10 @@ std::vector<HostTensor> run_batch_norm(const KernelCase& c, bool no_training) {
   const double eps = number(c.inputs[no_training ? 6 : 7]);
   const std::vector<double> w = per_channel(c.inputs[1], v.c, 1.0), b = per_channel(c.inputs[2], v.c, 0.0);
   std::vector<double> mean = per_channel(c.inputs[3], v.c, 0.0), invstd = per_channel(c.inputs[4], v.c, 1.0);
-  const double m = static_cast<double>(v.n * v.inner);
-  for (int64_t ch = 0; ch < v.c; ++ch) {
-    const auto k = static_cast<size_t>(ch);
-    if (training) {
-      double s = 0, s2 = 0;
-      for (int64_t bt = 0; bt < v.n; ++bt)
-        for (int64_t i = 0; i < v.inner; ++i) s += x.get_storage(v.at(bt, ch, i));
-      mean[k] = s / m;
-      for (int64_t bt = 0; bt < v.n; ++bt)
-        for (int64_t i = 0; i < v.inner; ++i) s2 += std::pow(x.get_storage(v.at(bt, ch, i)) - mean[k], 2);
-      invstd[k] = s2 / m + eps == 0 ? 0.0 : 1.0 / std::sqrt(s2 / m + eps);
-    } else {
-      invstd[k] = 1.0 / std::sqrt(invstd[k] + eps);  // the running variance was passed
-    }
+  if (training) {
+    batch_norm_stats(x, eps, mean, invstd);
+  } else {
+    for (double& var : invstd) var = 1.0 / std::sqrt(var + eps);  // the running variance was passed
   }
   std::vector<double> y(static_cast<size_t>(x.numel()));
   for (int64_t bt = 0; bt < v.n; ++bt)
@@ -225,6 +215,23 @@ std::vector<HostTensor> run_batch_norm_backward(const KernelCase& c) {
 }
 
 }  // namespace
+
+void batch_norm_stats(const HostTensor& x, double eps, std::vector<double>& mean, std::vector<double>& invstd) {
+  const ChannelView v = channel_view(x);
+  const double m = static_cast<double>(v.n * v.inner);
+  mean.assign(static_cast<size_t>(v.c), 0.0);
+  invstd.assign(static_cast<size_t>(v.c), 0.0);
+  for (int64_t ch = 0; ch < v.c; ++ch) {
+    const auto k = static_cast<size_t>(ch);
+    double s = 0, s2 = 0;
+    for (int64_t bt = 0; bt < v.n; ++bt)
+      for (int64_t i = 0; i < v.inner; ++i) s += x.get_storage(v.at(bt, ch, i));
+    mean[k] = s / m;
+    for (int64_t bt = 0; bt < v.n; ++bt)
+      for (int64_t i = 0; i < v.inner; ++i) s2 += std::pow(x.get_storage(v.at(bt, ch, i)) - mean[k], 2);
+    invstd[k] = s2 / m + eps == 0 ? 0.0 : 1.0 / std::sqrt(s2 / m + eps);
+  }
+}
 
 std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const KernelCase& c) {
   auto it = elementwise_table().find(op);

@@ -1,6 +1,6 @@
 // naive_reference.h — scalar reference implementations used when the plugin under test is
-// itself the reference plugin: the elementwise families, sum and mm. Other ops have none
-// (the check then reports "skip: is the reference").
+// itself the reference plugin: the elementwise families, sum, mm and batch norm. Other ops have
+// none (the check then reports "skip: is the reference").
 #pragma once
 
 #include "case_catalog.h"
@@ -14,5 +14,9 @@ namespace fl::check {
 // The outputs of `op` on `c`, computed in double and rounded to each output's dtype;
 // nullopt when there is no naive implementation of `op`.
 std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const KernelCase& c);
+
+// Per-channel mean and 1/sqrt(biased var + eps) (0 where var + eps is 0) of x [N, C, *], as a
+// training batch norm computes them; also the saved statistics of the catalog's backward cases.
+void batch_norm_stats(const HostTensor& x, double eps, std::vector<double>& mean, std::vector<double>& invstd);
 
 }  // namespace fl::check

@@ -19,8 +19,8 @@ Each step:
    every `probe_every` re-balances — so adding a device costs throughput only during those
    probes, never for long (a step whose device set measures slower than another candidate's
    record makes the next step plan again, without waiting for the re-balance). A candidate
-   that loses a probe waits twice as long for the next one; one more than `probe_limit` (2×) slower per sample waits the longest (probe_every·64
-   re-balances). Shard sizes are
+   that loses a probe waits twice as long for the next one; one more than `probe_limit` (2×)
+   slower per sample waits the longest (probe_every·64 re-balances). Shard sizes are
    multiples of a granularity (batch/16 rounded down to a power of two); a step that runs a
    shard size new to a device is a warm-up (cuDNN plans, allocator blocks): it is not
    measured and the split runs again, and a probe reuses its device set's last warm split;
@@ -190,6 +190,17 @@ class device_context:  # noqa: N801 - used like torch.cuda.device
         return False
 
 
+def fit_line(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """(a, b) of the least-squares line t = a + b·n through (n, t) points (b = 0 when every n
+    is the same)."""
+    ns = [float(n) for n, _ in points]
+    ts = [float(t) for _, t in points]
+    mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
+    var = sum((n - mean_n) ** 2 for n in ns)
+    b = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, ts)) / var if var > 0 else 0.0
+    return mean_t - b * mean_n, b
+
+
 # ---- the balancer --------------------------------------------------------------------
 
 
@@ -251,14 +262,13 @@ class ThroughputBalancer:
         """Fits a_i and b_i to (shard size, seconds) measurements of device `device` alone."""
         ns = [float(n) for n, _ in points]
         ts = [float(t) for _, t in points]
-        mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
-        var = sum((n - mean_n) ** 2 for n in ns)
-        b = sum((n - mean_n) * (t - mean_t) for n, t in zip(ns, ts)) / var if var > 0 else 0.0
+        a, b = fit_line(points)
         if b <= 0:  # the time did not grow with the shard: it is (nearly) all fixed cost
+            mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
             b = 0.01 * mean_t / max(mean_n, 1.0)
             a = mean_t - b * mean_n
         else:
-            a = max(mean_t - b * mean_n, 0.0)
+            a = max(a, 0.0)
         self.overhead[device] = a
         self.per_sample[device] = max(b, 1e-12)
         self.transfer[device] = max(float(transfer_s), 0.0)
@@ -297,8 +307,7 @@ class ThroughputBalancer:
             # this plan on record? A win replaces the set's record (which may be many plans
             # old), so the next plan runs it; a loss is averaged in, so that one bad step does
             # not spoil the record.
-            others = [self.measured[k] for k in self._candidates if k != key and k in self.measured]
-            won = now <= min(others, default=math.inf)
+            won = now <= min(self._other_records(key), default=math.inf)
             self.losses[key] = 0 if won else min(self.losses.get(key, 0) + 1, self.MAX_BACKOFF)
             if won or old is None:
                 self.measured[key] = now
@@ -309,9 +318,12 @@ class ThroughputBalancer:
         """Whether the device set of this split now has a worse record (time per sample) than
         another candidate of the last plan: the plan that chose it is out of date."""
         key = self._key(i for i, n in enumerate(shard_sizes) if n > 0)
-        mine = self.measured.get(key)
-        others = [self.measured[k] for k in self._candidates if k != key and k in self.measured]
+        mine, others = self.measured.get(key), self._other_records(key)
         return mine is not None and bool(others) and mine > min(others)
+
+    def _other_records(self, key: str) -> list[float]:
+        """The records of the last plan's candidates other than `key`."""
+        return [self.measured[k] for k in self._candidates if k != key and k in self.measured]
 
     # -- the split
 
@@ -492,12 +504,7 @@ def _batch_size(value: Any) -> int:
 
 def _plugin_of(device: torch.device) -> str | None:
     """The plugin behind an fl device (None for other device types)."""
-    if device.type != "fl":
-        return None
-    import torch_fl
-
-    index = device.index if device.index is not None else torch_fl._C.current_device()
-    return torch_fl._C.list_devices()[index]["plugin"]
+    return torch.fl.get_device_properties(device)["plugin"] if device.type == "fl" else None
 
 
 def _call(module: nn.Module, inputs: Any) -> Any:
@@ -569,16 +576,6 @@ class HeteroDataParallel:
         self._replan_for: int | None = None  # a batch size whose split measured beaten: plan it again
         self._last_batch: int | None = None
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
-        # Replicas of another plugin pull the master's weights in their own thread, on a side
-        # stream of the master device that waits for this event (see _prepare_side_pulls): on
-        # the master's own stream the pull would queue behind the forward that the master's
-        # thread queues at the same time, and the replica would start only after it.
-        self._weights_ready: torch.Event | None = None
-        self._pull_streams: dict[int, torch.Stream] = {}
-        # The master's buffers as the last step left them (the master's forward updates its
-        # buffers, BatchNorm statistics, in place while a side-stream pull may be reading).
-        self._buffer_snapshot: list[torch.Tensor] = []
-        self._side_pulls_ready = False  # the event and snapshot were taken for this step's pulls
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -856,6 +853,10 @@ class HeteroDataParallel:
         for i, points in enumerate(points_by_device):
             self.balancer.calibrate(i, points, self._time_transfer(i))
         self.broadcast()
+        self._forget_plans()
+
+    def _forget_plans(self) -> None:
+        """Drops the splits planned so far (after calibration or a resume)."""
         self._shards_for.clear()
         self._rerun = None
         self._replan_for = None
@@ -889,12 +890,18 @@ class HeteroDataParallel:
         plugin = _plugin_of(self.reduce_device)
         self._push_after_step = tuple(i for i in self._non_master
                                       if plugin is not None and _plugin_of(self.devices[i]) == plugin)
-        # Stale replicas pull in their own thread through a side stream (an fl master only).
+        # Stale replicas pull the master's state in their own thread, on a side stream of the
+        # master device (one per replica) that waits for _weights_ready (see
+        # _prepare_side_pulls): on the master's own stream the pull would queue behind the
+        # forward that the master's thread queues at the same time. An fl master only; the
+        # event and streams of a previous master device are dropped.
         self._side_pulls = plugin is not None and bool(self._non_master)
-        self._weights_ready = None  # an event of the previous master device must not be waited on
-        self._pull_streams = {}
-        self._buffer_snapshot = []
-        self._side_pulls_ready = False
+        self._weights_ready: torch.Event | None = None
+        self._pull_streams: dict[int, torch.Stream] = {}
+        # The master's buffers as the last step left them (the master's forward updates its
+        # buffers, BatchNorm statistics, in place while a side-stream pull may be reading).
+        self._buffer_snapshot: list[torch.Tensor] = []
+        self._side_pulls_ready = False  # the event and snapshot were taken for this step's pulls
 
     def _time_transfer(self, index: int) -> float:
         """Seconds for the gradients to reach the reduction device and the weights to come back
@@ -927,9 +934,7 @@ class HeteroDataParallel:
         self.optimizer.load_state_dict(state["optimizer"])
         self.balancer.load_state_dict(state["balancer"])
         self.steps = int(state["steps"])
-        self._shards_for.clear()
-        self._rerun = None
-        self._replan_for = None
+        self._forget_plans()
         self.broadcast()
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
 import torch_fl  # noqa: E402
-from torch_fl.parallel import HeteroDataParallel, device_context, synchronize_device  # noqa: E402
+from torch_fl.parallel import HeteroDataParallel, device_context, step_timeline_summary, synchronize_device  # noqa: E402
 
 
 # ---- workloads: (model factory, batch factory) -------------------------------------------
@@ -135,14 +135,16 @@ class PairLoop:
     """HeteroDataParallel over `devices`, after `warmup` steps that include its calibration."""
 
     def __init__(self, workload: str, devices: list[str], data: list, warmup: int = 8,
-                 rebalance_every: int = 10):
+                 rebalance_every: int = 10, split: list[float] | None = None):
         torch.manual_seed(0)
-        self.hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every)
+        self.hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every,
+                                      split=split)
         self.data, self.k = data, 0
         self.shards: dict[tuple, int] = {}
         for _ in range(warmup):
             self._step()
         self.shards.clear()
+        self.hdp.timeline = []  # where the timed steps of more than one device spend their time
 
     def _step(self) -> None:
         self.hdp.train_step(*self.data[self.k % len(self.data)], F.cross_entropy)
@@ -161,6 +163,7 @@ class PairLoop:
         return {"samples_per_s": best, "shards": max(self.shards, key=self.shards.get),
                 "shards_seen": {str(list(k)): v for k, v in sorted(self.shards.items(), key=lambda kv: -kv[1])},
                 "balancer": self.hdp.balancer.state_dict(),
+                "timeline": step_timeline_summary(self.hdp.timeline or []),
                 "calibration_points": self.hdp.calibration_points}
 
     def close(self) -> None:
@@ -197,13 +200,14 @@ def overlap(workload: str, devices: list[str], batch: int, reps: int = 5) -> flo
     return min(seq) / min(conc)
 
 
-def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False) -> dict:
+def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False,
+            split: list[float] | None = None) -> dict:
     """Best window of `repeats` for every mode, the modes' windows interleaved."""
     result = {"workload": workload, "batch": batch, "devices": devices, "repeats": repeats, "pinned": pin,
-              "alone": {}}
+              "split": split, "alone": {}}
     data = _batches(workload, batch, 4, pin=pin)
     plain = {d: PlainLoop(workload, d, data) for d in devices}
-    together = PairLoop(workload, devices, data)
+    together = PairLoop(workload, devices, data, split=split)
     single: PairLoop | None = None
     best = {"pair": 0.0, "single": 0.0, **{d: 0.0 for d in devices}}
     try:
@@ -267,6 +271,8 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3, help="best of this many timed windows")
     p.add_argument("--pin", action="store_true",
                    help="pinned host batches (as a DataLoader with pin_memory=True gives)")
+    p.add_argument("--split", nargs="+", type=float, default=None,
+                   help="a fixed split for the pair (shard proportions per device) instead of the balancer's")
     p.add_argument("--json", default="")
     args = p.parse_args()
 
@@ -275,7 +281,7 @@ def main() -> None:
     results = []
     for w in args.workloads:
         batch = args.batch_size or WORKLOADS[w][3]
-        r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin)
+        r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin, args.split)
         results.append(r)
         alone_text = "  ".join(f"{d} {v:8.0f}" for d, v in r["alone"].items())
         print(f"\n{w} (batch {batch}): samples/s alone: {alone_text}")
@@ -286,6 +292,8 @@ def main() -> None:
               f"pair / sum = {r['pair_over_sum']:.2f} ({'meets' if r['meets_0.9_sum'] else 'misses'} >= 0.9)")
         print(f"  thread overlap of the devices' forward/backward: {r['overlap']:.2f}x "
               f"({len(r['devices'])}.0 = perfect, 1.0 = serialised)")
+        for split, marks in r["pair"]["timeline"].items():
+            print(f"  step timeline of split {split} (ms from the step's start, mean): {marks}")
         print(f"  HeteroDataParallel on the fastest device only: {r['hdp_fastest_only']:8.0f} samples/s "
               f"({r['hdp_fastest_only'] / max(r['alone'].values()):.3f} x its plain loop)")
     if args.json:

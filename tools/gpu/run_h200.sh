@@ -19,6 +19,8 @@
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
+#   interference  bench/interference.py (what each device's pass loses beside the other's loads)
+#                 and bench/hetero.py with a fixed split and its step timeline
 #   hetero_gpus   bench/hetero.py on two CUDA devices, and on CPU + two CUDA (2-GPU machines)
 #   nccl          tools/gpu/nccl_check.py and bench/collectives.py (2-GPU machines)
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
@@ -214,6 +216,33 @@ step_shard_scaling() {
       fi
     done
   done
+  return $rc
+}
+
+# What one device costs the other in one process (bench/interference.py): the CPU-plugin
+# device's pass beside loads on the CUDA device and the other way round, pageable and pinned;
+# then bench/hetero.py with a fixed split (FL_SPLIT_PAGEABLE, FL_SPLIT_PINNED: CPU then CUDA
+# proportions) and its step timeline. FL_INTERFERENCE_BLAS_THREADS adds CPU-target runs.
+step_interference() {
+  both_plugins_env
+  local rc=0 cpu cuda w="${FL_INTERFERENCE_WORKLOAD:-wide}" threads
+  cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
+  for pin in "" --pin; do
+    timeout 120 "$PY" bench/interference.py --target "$cpu" --other "$cuda" --workload "$w" --shard 1024 $pin \
+      --json "$OUT/interference_cpu${pin}.json" || rc=1
+    timeout 120 "$PY" bench/interference.py --target "$cuda" --other "$cpu" --workload "$w" --shard 3072 $pin \
+      --json "$OUT/interference_cuda${pin}.json" || rc=1
+  done
+  for threads in ${FL_INTERFERENCE_BLAS_THREADS:-8}; do
+    OPENBLAS_NUM_THREADS="$threads" timeout 120 "$PY" bench/interference.py --target "$cpu" --other "$cuda" \
+      --workload "$w" --shard 1024 --json "$OUT/interference_cpu_blas${threads}.json" || rc=1
+  done
+  # shellcheck disable=SC2086
+  timeout 200 "$PY" bench/hetero.py --devices cpu cuda --workloads "$w" --steps 30 --repeats 2 \
+    --split ${FL_SPLIT_PAGEABLE:-1 2} --json "$OUT/hetero_split.json" || rc=1
+  # shellcheck disable=SC2086
+  timeout 200 "$PY" bench/hetero.py --devices cpu cuda --workloads "$w" --steps 30 --repeats 2 --pin \
+    --split ${FL_SPLIT_PINNED:-1 6} --json "$OUT/hetero_split_pinned.json" || rc=1
   return $rc
 }
 

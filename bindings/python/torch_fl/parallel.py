@@ -126,7 +126,8 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 import torch.nn as nn
 
-__all__ = ["ThroughputBalancer", "HeteroDataParallel", "synchronize_device", "device_context"]
+__all__ = ["ThroughputBalancer", "HeteroDataParallel", "synchronize_device", "device_context",
+           "step_timeline_summary"]
 
 
 # ---- device helpers ------------------------------------------------------------------
@@ -202,6 +203,28 @@ def fit_line(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
 
 
 # ---- the balancer --------------------------------------------------------------------
+
+
+def step_timeline_summary(timeline: Sequence[dict]) -> dict[str, dict]:
+    """Mean of HeteroDataParallel.timeline's marks per split (milliseconds from the step's
+    start), with the step count: where a split's steps spend their time."""
+    groups: dict[str, list[dict]] = {}
+    for rec in timeline:
+        groups.setdefault(str(rec["shards"]), []).append(rec)
+    out = {}
+    for key, recs in groups.items():
+        def mean_ms(values):
+            return round(1e3 * sum(values) / len(values), 3)
+        summary = {"steps": len(recs)}
+        for k in ("joined", "reduced", "optimizer", "total"):
+            summary[k] = mean_ms([r[k] for r in recs])
+        for i in recs[0]["devices"]:
+            for k in ("pulled", "dispatched", "synced"):
+                vals = [r["devices"][i][k] for r in recs if k in r["devices"].get(i, {})]
+                if vals:
+                    summary[f"dev{i}_{k}"] = mean_ms(vals)
+        out[key] = summary
+    return out
 
 
 class ThroughputBalancer:
@@ -541,6 +564,13 @@ class HeteroDataParallel:
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.
+
+    Attributes:
+        timeline: set it to a list to record, per step of more than one device, where the
+            step's time went (seconds from the step's start): for each device the end of its
+            weight pull, of its forward/backward dispatch and of its wait for the device; then
+            the shards' join, the gradient reduction, the optimizer step's dispatch and the
+            loss read-back. `step_timeline_summary(timeline)` averages it per split.
     """
 
     def __init__(self, module: nn.Module, devices: Sequence[str | torch.device],
@@ -576,6 +606,8 @@ class HeteroDataParallel:
         self._replan_for: int | None = None  # a batch size whose split measured beaten: plan it again
         self._last_batch: int | None = None
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
+        self.timeline: list[dict] | None = None
+        self._marks: dict[int, dict[str, float]] = {}  # this step's per-device marks (timeline)
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -665,6 +697,7 @@ class HeteroDataParallel:
             start = time.perf_counter()
             if index in self._stale:  # the last update, copied in this device's own thread
                 self._copy_from_master(index, side_stream=True)
+            pulled = time.perf_counter()
             x, y = _to(inputs, device), _to(targets, device)
             for p in replica.parameters():
                 p.grad = None
@@ -672,8 +705,12 @@ class HeteroDataParallel:
             loss.backward()
             if not wait:
                 return loss.detach(), None
+            dispatched = time.perf_counter()
             synchronize_device(device)
-            return loss.detach(), time.perf_counter() - start
+            end = time.perf_counter()
+            if self.timeline is not None:
+                self._marks[index] = {"pulled": pulled, "dispatched": dispatched, "synced": end}
+            return loss.detach(), end - start
 
     def _shard_sizes(self, batch_size: int) -> list[int]:
         if self.fixed_split is not None:
@@ -755,9 +792,12 @@ class HeteroDataParallel:
                 concurrent.futures.wait(futures.values())
                 self._side_pulls_ready = False  # the snapshot is this step's only
                 results = {i: f.result() for i, f in futures.items()}
+                joined = time.perf_counter()
                 self._reduce_gradients({i: sizes[i] / batch for i in active})
+                reduced = time.perf_counter()
 
             self.optimizer.step()
+            stepped = time.perf_counter()
             # A replica that computed this step and shares the master's plugin receives the
             # new weights now: the copies are queued on the devices right behind the optimizer
             # step (ordered by events), so the next step's pull cannot end up behind the
@@ -774,6 +814,12 @@ class HeteroDataParallel:
             if self._master_index not in results:
                 synchronize_device(self.reduce_device)
         step_seconds = time.perf_counter() - start
+        if self.timeline is not None and len(active) > 1:
+            self.timeline.append({
+                "shards": list(sizes), "total": step_seconds, "joined": joined - start,
+                "reduced": reduced - start, "optimizer": stepped - start,
+                "devices": {i: {k: t - start for k, t in self._marks.get(i, {}).items()} for i in active}})
+        self._marks = {}
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
         cold = self._cold_shards(sizes)

@@ -5,10 +5,44 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <mutex>
+#include <unordered_map>
+
 namespace fl::binding {
 namespace {
 
 constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
+
+// Which device each live event handle was created on. c10 queries and synchronizes an event
+// by its handle alone (as CUDA can), but an fl event handle means something only to the
+// plugin of the device that created it: handing it to another device's plugin (the current
+// device when the query runs elsewhere) would make that plugin read a foreign pointer.
+class EventOwners {
+ public:
+  void add(void* event, c10::DeviceIndex device) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    owners_[event] = device;
+  }
+  void remove(void* event) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    owners_.erase(event);
+  }
+  // The creating device; `fallback` for a handle not created here (none should be).
+  c10::DeviceIndex owner(void* event, c10::DeviceIndex fallback) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = owners_.find(event);
+    return it == owners_.end() ? fallback : it->second;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_map<void*, c10::DeviceIndex> owners_;
+};
+
+EventOwners& event_owners() {
+  static EventOwners* owners = new EventOwners();  // leaked: events may outlive static destruction
+  return *owners;
+}
 
 c10::Stream make_stream(c10::DeviceIndex index, int64_t id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kFl, index), id);
@@ -53,7 +87,9 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
     if (event == nullptr) return;
     try {
-      runtime().streams(device_index).destroy_event(static_cast<fl_event_t>(event));
+      c10::DeviceIndex owner = event_owners().owner(event, device_index);
+      event_owners().remove(event);
+      runtime().streams(owner).destroy_event(static_cast<fl_event_t>(event));
     } catch (...) {
     }
   }
@@ -66,8 +102,10 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 static_cast<int>(stream.device_index()));
     translate_errors("event record: ", [&] {
       auto& reg = runtime().streams(stream.device_index());
-      if (*event == nullptr)
+      if (*event == nullptr) {
         *event = reg.create_event(flag == c10::EventFlag::BACKEND_DEFAULT);
+        event_owners().add(*event, stream.device_index());
+      }
       reg.record(static_cast<fl_event_t>(*event), stream.id());
     });
   }
@@ -75,14 +113,22 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;
     translate_errors("event wait: ", [&] {
-      runtime().streams(stream.device_index()).wait(stream.id(), static_cast<fl_event_t>(event));
+      const c10::DeviceIndex owner = event_owners().owner(event, stream.device_index());
+      auto& rt = runtime();
+      if (owner != stream.device_index() && rt.device(owner).plugin != rt.device(stream.device_index()).plugin) {
+        // An event of another plugin's device: the waiting stream's plugin cannot read it, so
+        // the host waits for it; work queued on the stream afterwards then follows it.
+        rt.streams(owner).synchronize_event(static_cast<fl_event_t>(event));
+        return;
+      }
+      rt.streams(stream.device_index()).wait(stream.id(), static_cast<fl_event_t>(event));
     });
   }
 
   bool queryEvent(void* event) const override {
     if (event == nullptr) return true;
     return translate_errors("event query: ", [&] {
-      return runtime().streams(current_device()).query_event(static_cast<fl_event_t>(event));
+      return runtime().streams(event_owners().owner(event, current_device())).query_event(static_cast<fl_event_t>(event));
     });
   }
 
@@ -99,7 +145,8 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
     translate_errors("event synchronize: ", [&] {
-      runtime().streams(current_device()).synchronize_event(static_cast<fl_event_t>(event));
+      runtime().streams(event_owners().owner(event, current_device())).synchronize_event(
+          static_cast<fl_event_t>(event));
     });
   }
 
@@ -118,7 +165,7 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     TORCH_CHECK(start != nullptr && end != nullptr,
                 "elapsed_time needs both events recorded (with enable_timing=True)");
     return translate_errors("elapsed_time: ", [&] {
-      return static_cast<double>(runtime().streams(device_index).elapsed_ms(
+      return static_cast<double>(runtime().streams(event_owners().owner(start, device_index)).elapsed_ms(
           static_cast<fl_event_t>(start), static_cast<fl_event_t>(end)));
     });
   }

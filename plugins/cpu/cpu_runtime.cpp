@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cblas.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -90,6 +92,21 @@ void Runtime::init(const char* options) {
     if (env != nullptr && *env != '\0') access = env;
   }
   instance()->host_accessible_ = access.empty() || parse_integer(access, "host_accessible") != 0;
+  // threads=N (or FL_CPU_THREADS): the BLAS threads the kernels use, all cores by default.
+  // Beside other devices of the process, fewer leave cores to the threads that feed those
+  // devices: OpenBLAS splits a GEMM evenly over its threads, so one thread that shares a
+  // core with another busy thread holds the whole GEMM back.
+  std::string threads = option_value(opts, "threads");
+  if (threads.empty()) {
+    const char* env = std::getenv("FL_CPU_THREADS");
+    if (env != nullptr && *env != '\0') threads = env;
+  }
+  if (!threads.empty()) {
+    int64_t n = parse_integer(threads, "thread count");
+    if (n < 1 || n > 4096) plugin::raise(FL_ERR_INVALID_ARGUMENT, "cpu plugin: threads must be in [1, 4096]");
+    instance()->host_threads_ = static_cast<int32_t>(n);
+    openblas_set_num_threads(static_cast<int>(n));
+  }
 }
 
 void Runtime::shutdown() { instance().reset(); }

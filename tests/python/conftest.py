@@ -16,7 +16,7 @@ os.environ.pop("FL_PLUGIN_PATH", None)   # the core then loads the plugins of it
 # Hermetic configuration: an empty config file (all defaults) instead of ~/.torch_fl/config.yaml,
 # and none of the shell's overrides. FL_CPU_HOST_ACCESSIBLE is kept: test_staging sets it.
 for _var in ("FL_FALLBACK_STRICT", "FL_ENABLE_CPU_FALLBACK", "FL_ENABLE_GENERIC_KERNEL", "FL_MEMORY_FRACTION",
-             "FL_MATMUL_PRECISION", "FL_DETERMINISTIC", "FL_PLUGINS_ENABLE", "FL_PLUGINS_DISABLE"):
+             "FL_MATMUL_PRECISION", "FL_DETERMINISTIC", "FL_PLUGINS_ENABLE", "FL_PLUGINS_DISABLE", "FL_CPU_THREADS"):
     os.environ.pop(_var, None)
 _EMPTY_CONFIG = os.path.join(tempfile.mkdtemp(prefix="fl_tests_"), "config.yaml")
 with open(_EMPTY_CONFIG, "w") as _f:

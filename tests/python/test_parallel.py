@@ -231,11 +231,12 @@ def _single_device_run(dtype, xs, ys, device="fl:0"):
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 @pytest.mark.parametrize("split", [None, [3, 1]], ids=["measured", "fixed3to1"])
-def test_hetero_equals_single_device_big_batch(dtype, atol, split):
+@pytest.mark.parametrize("dispatch", ["single", "threads"])
+def test_hetero_equals_single_device_big_batch(dtype, atol, split, dispatch):
     xs, ys = _data(dtype, steps=6, batch=40)
     expected = _single_device_run(dtype, xs, ys)
     hdp = HeteroDataParallel(_model(dtype), ["fl:0", "fl:1"], _optimizer, split=split,
-                             rebalance_every=2, debug=True)
+                             rebalance_every=2, debug=True, dispatch=dispatch)
     try:
         for x, y in zip(xs, ys):
             hdp.train_step(x, y, F.cross_entropy)
@@ -552,11 +553,13 @@ def test_a_split_beaten_by_another_candidate_is_replanned_at_the_next_step(monke
 
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
-def test_two_plugins_equal_single_device_big_batch(dtype, atol):
+@pytest.mark.parametrize("dispatch", ["single", "threads"])
+def test_two_plugins_equal_single_device_big_batch(dtype, atol, dispatch):
     other = _device_of_another_plugin_or_skip()
     xs, ys = _data(dtype, steps=4, batch=40)
     expected = _single_device_run(dtype, xs, ys)
-    hdp = HeteroDataParallel(_model(dtype), ["fl:0", other], _optimizer, split=[1, 1], debug=True)
+    hdp = HeteroDataParallel(_model(dtype), ["fl:0", other], _optimizer, split=[1, 1], debug=True,
+                             dispatch=dispatch)
     try:
         for x, y in zip(xs, ys):
             hdp.train_step(x, y, F.cross_entropy)
@@ -625,6 +628,35 @@ def test_two_plugins_master_alone_steps_take_no_snapshot():
         hdp.close()
 
 
+def test_two_plugins_events_are_answered_by_their_own_device():
+    """An event of one plugin's device, queried, synchronized or timed while another plugin's
+    device is current, or waited on by another plugin's stream, reaches its own plugin (c10
+    passes only the handle; the current device's plugin cannot read it)."""
+    other = _device_of_another_plugin_or_skip()
+    other_index = torch.device(other).index
+    torch.fl.set_device(0)
+    x = torch.randn(256, 256, dtype=torch.float64)
+    xd = x.to("fl:0")
+    start, end = torch.Event(device="fl:0", enable_timing=True), torch.Event(device="fl:0", enable_timing=True)
+    start.record(torch.fl.current_stream(0))
+    yd = xd @ xd
+    end.record(torch.fl.current_stream(0))
+    torch.fl.set_device(other_index)
+    try:
+        end.synchronize()
+        assert end.query() and start.query()
+        assert start.elapsed_time(end) >= 0.0
+        stream = torch.Stream(device=other)
+        stream.wait_event(end)  # another plugin's stream: the host waits for the event
+        after = torch.Event(device=other)
+        after.record(stream)
+        after.synchronize()
+        assert after.query()
+        torch.testing.assert_close(yd.cpu(), x @ x, rtol=0, atol=1e-9)
+    finally:
+        torch.fl.set_device(0)
+
+
 def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
     """The test above, run where it does not skip: the CPU plugin's fl:0 beside the template
     plugin's device (a second vendor's device, in host memory), in a fresh process."""
@@ -637,8 +669,10 @@ def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
     config.write_text("plugins:\n  enable: [cpu, template]\n")
     code = ("import sys, torch; sys.path.insert(0, %r); import test_parallel as t, torch_fl\n"
             "print([d['plugin'] for d in torch_fl.list_devices()])\n"
-            "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12)\n"
-            "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5)\n"
+            "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12, 'single')\n"
+            "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5, 'single')\n"
+            "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12, 'threads')\n"
+            "t.test_two_plugins_events_are_answered_by_their_own_device()\n"
             "t.test_two_plugins_replicas_pull_weights_in_their_own_thread()\n"
             "t.test_two_plugins_replicas_pull_buffers_from_the_snapshot()\n"
             "t.test_two_plugins_master_alone_steps_take_no_snapshot()\n"

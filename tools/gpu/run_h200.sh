@@ -19,6 +19,7 @@
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
+#   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count and dispatch mode
 #   interference  bench/interference.py (what each device's pass loses beside the other's loads)
 #                 and bench/hetero.py with a fixed split and its step timeline
 #   hetero_gpus   bench/hetero.py on two CUDA devices, and on CPU + two CUDA (2-GPU machines)
@@ -243,6 +244,27 @@ step_interference() {
   # shellcheck disable=SC2086
   timeout 200 "$PY" bench/hetero.py --devices cpu cuda --workloads "$w" --steps 30 --repeats 2 --pin \
     --split ${FL_SPLIT_PINNED:-1 6} --json "$OUT/hetero_split_pinned.json" || rc=1
+  return $rc
+}
+
+# bench/hetero.py on the copy-bound wide MLP, pageable and pinned, for each CPU-plugin thread
+# count in FL_PAIR_CPU_THREADS (default "default 12"; "default" = all cores) and each
+# HeteroDataParallel dispatch in FL_PAIR_DISPATCH (default "single").
+step_pair_wide() {
+  both_plugins_env
+  local rc=0 threads dispatch pin w="${FL_INTERFERENCE_WORKLOAD:-wide}"
+  for threads in ${FL_PAIR_CPU_THREADS:-default 12}; do
+    for dispatch in ${FL_PAIR_DISPATCH:-single}; do
+      for pin in "" --pin; do
+        echo "== $w threads=$threads dispatch=$dispatch ${pin:-pageable}"
+        if [[ "$threads" == default ]]; then unset FL_CPU_THREADS; else export FL_CPU_THREADS="$threads"; fi
+        # shellcheck disable=SC2086
+        timeout 200 "$PY" bench/hetero.py --devices cpu cuda --workloads "$w" --steps 30 --repeats "${FL_PAIR_REPEATS:-3}" $pin \
+          --dispatch "$dispatch" --json "$OUT/pair_${w}_${threads}_${dispatch}${pin}.json" || rc=1
+      done
+    done
+  done
+  unset FL_CPU_THREADS
   return $rc
 }
 

@@ -219,7 +219,7 @@ def step_timeline_summary(timeline: Sequence[dict]) -> dict[str, dict]:
         for k in ("joined", "reduced", "optimizer", "total"):
             summary[k] = mean_ms([r[k] for r in recs])
         for i in recs[0]["devices"]:
-            for k in ("pulled", "dispatched", "synced"):
+            for k in ("dispatched", "synced"):
                 vals = [r["devices"][i][k] for r in recs if k in r["devices"].get(i, {})]
                 if vals:
                     summary[f"dev{i}_{k}"] = mean_ms(vals)
@@ -492,6 +492,21 @@ class ThroughputBalancer:
 # ---- the data-parallel wrapper -------------------------------------------------------
 
 
+# How often dispatch="single" looks whether a device has finished (a sleep between polls
+# leaves the core to the devices' own threads).
+_POLL_SECONDS = 50e-6
+
+
+def _record_event(device: torch.device) -> torch.Event | None:
+    """An event recorded on `device`'s current stream, marking the work queued so far; None
+    for PyTorch's own "cpu" device, whose operators have finished when they return."""
+    if device.type == "cpu":
+        return None
+    event = torch.Event(device=device)
+    event.record()
+    return event
+
+
 def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
     """Splits a tensor (or a tuple/list/dict of tensors) along dim 0 into `sizes` pieces."""
     if isinstance(value, torch.Tensor):
@@ -564,11 +579,18 @@ class HeteroDataParallel:
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.
+        dispatch: how a step of several devices is driven. "single" (the default): this
+            thread queues every shard in turn (the other replicas first, the master last), each
+            device's work runs asynchronously on it, and the step then waits for all of them;
+            no two Python threads contend for the GIL, and every fl device is asynchronous.
+            "threads": one thread per device, each queuing its shard and waiting for it;
+            for devices whose operators run synchronously on the calling thread (PyTorch's
+            own "cpu" device), which "single" would serialise.
 
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
             step's time went (seconds from the step's start): for each device the end of its
-            weight pull, of its forward/backward dispatch and of its wait for the device; then
+            pull, copy, forward and backward dispatch and when it finished its work; then
             the shards' join, the gradient reduction, the optimizer step's dispatch and the
             loss read-back. `step_timeline_summary(timeline)` averages it per split.
     """
@@ -578,7 +600,10 @@ class HeteroDataParallel:
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
                  probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
-                 debug: bool = False):
+                 debug: bool = False, dispatch: str = "single"):
+        if dispatch not in ("single", "threads"):
+            raise ValueError(f"dispatch must be 'single' or 'threads', got {dispatch!r}")
+        self.dispatch = dispatch
         self.devices = [torch.device(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
@@ -687,30 +712,66 @@ class HeteroDataParallel:
 
     # -- one step
 
+    def _queue_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
+                     weight: float = 1.0) -> torch.Tensor:
+        """Queues forward and backward of one shard on device `index` (the current device must
+        be it) and returns the shard's loss. The gradients come out scaled by `weight` (the
+        shard's share of the batch), so that the reduction only adds them up."""
+        replica = self.replicas[index]
+        device = self.devices[index]
+        if index in self._stale:  # the last update, pulled on a side stream of the master
+            self._copy_from_master(index, side_stream=True)
+        x, y = _to(inputs, device), _to(targets, device)
+        for p in replica.parameters():
+            p.grad = None
+        loss = loss_fn(_call(replica, x), y)
+        (loss * weight if weight != 1.0 else loss).backward()
+        return loss.detach()
+
     def _run_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
-                   wait: bool = True) -> tuple[torch.Tensor, float | None]:
+                   wait: bool = True, weight: float = 1.0) -> tuple[torch.Tensor, float | None]:
         """Forward and backward of one shard on device `index`; returns (loss, seconds until
         the device finished, or None when not `wait`ing for it)."""
         device = self.devices[index]
-        replica = self.replicas[index]
         with device_context(device):
             start = time.perf_counter()
-            if index in self._stale:  # the last update, copied in this device's own thread
-                self._copy_from_master(index, side_stream=True)
-            pulled = time.perf_counter()
-            x, y = _to(inputs, device), _to(targets, device)
-            for p in replica.parameters():
-                p.grad = None
-            loss = loss_fn(_call(replica, x), y)
-            loss.backward()
+            loss = self._queue_shard(index, inputs, targets, loss_fn, weight)
             if not wait:
-                return loss.detach(), None
+                return loss, None
             dispatched = time.perf_counter()
             synchronize_device(device)
             end = time.perf_counter()
             if self.timeline is not None:
-                self._marks[index] = {"pulled": pulled, "dispatched": dispatched, "synced": end}
-            return loss.detach(), end - start
+                self._marks[index] = {"dispatched": dispatched, "synced": end}
+            return loss, end - start
+
+    def _run_shards_single(self, active: Sequence[int], in_parts: list, tgt_parts: list, loss_fn: Callable,
+                           weights: dict[int, float], start: float) -> dict[int, tuple[torch.Tensor, float]]:
+        """dispatch="single": queues every shard from this thread (the other replicas first,
+        whose pulls and copies the master then does not wait behind; the master last), then
+        waits for every device, noting when each finished (seconds from `start`)."""
+        parts = dict(zip(active, zip(in_parts, tgt_parts)))
+        order = sorted(active, key=lambda i: self.replicas[i] is self.module)
+        losses: dict[int, torch.Tensor] = {}
+        done: dict[int, torch.Event | None] = {}
+        for i in order:
+            device = self.devices[i]
+            with device_context(device):
+                losses[i] = self._queue_shard(i, *parts[i], loss_fn, weights[i])
+                done[i] = _record_event(device)
+            if self.timeline is not None:
+                self._marks[i] = {"dispatched": time.perf_counter()}
+        finished: dict[int, float] = {}
+        while len(finished) < len(order):
+            for i in order:
+                if i not in finished and (done[i] is None or done[i].query()):
+                    finished[i] = time.perf_counter()
+            if len(finished) < len(order):
+                time.sleep(_POLL_SECONDS)
+        if self.timeline is not None:
+            for i in order:
+                self._marks[i]["synced"] = finished[i]
+        return {i: (losses[i], finished[i] - start) for i in order}
 
     def _shard_sizes(self, batch_size: int) -> list[int]:
         if self.fixed_split is not None:
@@ -785,15 +846,22 @@ class HeteroDataParallel:
             else:
                 if self._side_pulls and any(i in self._stale for i in active):
                     self._prepare_side_pulls()
-                futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn)
-                           for i, x, y in zip(active, in_parts, tgt_parts)}
-                # Every shard ends (also when one raised) before the snapshot is dropped and the
-                # caller sees an error: no thread of this step outlives it.
-                concurrent.futures.wait(futures.values())
-                self._side_pulls_ready = False  # the snapshot is this step's only
-                results = {i: f.result() for i, f in futures.items()}
+                weights = {i: sizes[i] / batch for i in active}
+                if self.dispatch == "single":
+                    try:
+                        results = self._run_shards_single(active, in_parts, tgt_parts, loss_fn, weights, start)
+                    finally:
+                        self._side_pulls_ready = False
+                else:
+                    futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i])
+                               for i, x, y in zip(active, in_parts, tgt_parts)}
+                    # Every shard ends (also when one raised) before the snapshot is dropped and
+                    # the caller sees an error: no thread of this step outlives it.
+                    concurrent.futures.wait(futures.values())
+                    self._side_pulls_ready = False  # the snapshot is this step's only
+                    results = {i: f.result() for i, f in futures.items()}
                 joined = time.perf_counter()
-                self._reduce_gradients({i: sizes[i] / batch for i in active})
+                self._reduce_gradients(active)
                 reduced = time.perf_counter()
 
             self.optimizer.step()
@@ -844,27 +912,33 @@ class HeteroDataParallel:
         return loss
 
     @torch.no_grad()
-    def _reduce_gradients(self, weights: dict[int, float]) -> None:
-        """master.grad = Σ_i w_i · replica_i.grad, parameter by parameter (each gradient is
-        copied once to the reduction device; no flattening, which would need `cat`)."""
-        if len(weights) == 1 and self.replicas[next(iter(weights))] is self.module:
+    def _reduce_gradients(self, active: Sequence[int]) -> None:
+        """master.grad = Σ_i replica_i.grad over the devices that computed a shard; each shard's
+        gradients already carry its weight n_i/N (its loss was scaled before backward). Every
+        gradient is copied once to the reduction device and added with one foreach call per
+        replica; no flattening, which would need `cat`."""
+        if len(active) == 1 and self.replicas[active[0]] is self.module:
             return  # the master alone computed the whole batch: its gradients are the result
-        master_params = list(self.module.parameters())
-        replica_params = {i: list(self.replicas[i].parameters()) for i in weights}
-        for k, master in enumerate(master_params):
-            if not master.requires_grad:
+        masters = [p for p in self.module.parameters() if p.requires_grad]
+        ks = [k for k, p in enumerate(self.module.parameters()) if p.requires_grad]
+        totals: list[torch.Tensor | None] = [None] * len(masters)
+        # The master's own gradients (when it computed a shard) are the sums' start, in place.
+        if self._master_index in active:
+            totals = [p.grad for p in masters]
+        for i in active:
+            if self.replicas[i] is self.module:
                 continue
-            total = None
-            for i, w in weights.items():
-                g = replica_params[i][k].grad
-                if g is None:
-                    continue
-                g = g.to(self.reduce_device)
-                if total is None:
-                    total = g * w  # a new tensor, also when g is the master's own gradient
-                else:
-                    total.add_(g, alpha=w)
-            master.grad = total
+            params = list(self.replicas[i].parameters())
+            grads = [params[k].grad for k in ks]
+            pairs = [(j, g.to(self.reduce_device)) for j, g in enumerate(grads) if g is not None]
+            fresh = [(j, g) for j, g in pairs if totals[j] is None]
+            for j, g in fresh:
+                totals[j] = g
+            adds = [(j, g) for j, g in pairs if totals[j] is not g]
+            if adds:
+                torch._foreach_add_([totals[j] for j, _ in adds], [g for _, g in adds])
+        for p, total in zip(masters, totals):
+            p.grad = total
 
     # -- calibration
 

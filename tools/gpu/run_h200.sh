@@ -186,12 +186,16 @@ step_hetero_example() {
   cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
   for model in ${FL_HETERO_EXAMPLE_MODELS:-digits wide}; do
     echo "== examples/hetero_train.py --model $model"
-    timeout 180 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" --model "$model" \
-      --epochs "${FL_HETERO_EPOCHS:-8}" || rc=1
+    # shellcheck disable=SC2086
+    if [[ "${FL_HETERO_EXAMPLE_PAGEABLE:-1}" == 1 ]]; then
+      timeout 180 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" --model "$model" \
+        --epochs "${FL_HETERO_EPOCHS:-8}" ${FL_HETERO_EXAMPLE_ARGS:-} || rc=1
+    fi
     if [[ "${FL_HETERO_EXAMPLE_PIN:-0}" == 1 ]]; then
-      echo "== examples/hetero_train.py --model $model --pin"
+      echo "== examples/hetero_train.py --model $model --pin ${FL_HETERO_EXAMPLE_ARGS:-}"
+      # shellcheck disable=SC2086
       timeout 180 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" --model "$model" --pin \
-        --epochs "${FL_HETERO_EPOCHS:-8}" || rc=1
+        --epochs "${FL_HETERO_EPOCHS:-8}" ${FL_HETERO_EXAMPLE_ARGS:-} || rc=1
     fi
   done
   return $rc
@@ -249,10 +253,14 @@ step_interference() {
 
 # bench/hetero.py on the copy-bound wide MLP, pageable and pinned, for each CPU-plugin thread
 # count in FL_PAIR_CPU_THREADS (default "default 12"; "default" = all cores) and each
-# HeteroDataParallel dispatch in FL_PAIR_DISPATCH (default "single").
+# HeteroDataParallel dispatch in FL_PAIR_DISPATCH (default "single"); FL_PAIR_BATCH sets the
+# batch (default: the workload's), FL_PAIR_SPLIT a fixed split (default: the balancer's).
 step_pair_wide() {
   both_plugins_env
-  local rc=0 threads dispatch pin w="${FL_INTERFERENCE_WORKLOAD:-wide}"
+  local rc=0 threads dispatch pin w="${FL_INTERFERENCE_WORKLOAD:-wide}" extra=()
+  [[ -n "${FL_PAIR_BATCH:-}" ]] && extra+=(--batch-size "$FL_PAIR_BATCH")
+  # shellcheck disable=SC2206
+  [[ -n "${FL_PAIR_SPLIT:-}" ]] && extra+=(--split $FL_PAIR_SPLIT)
   for threads in ${FL_PAIR_CPU_THREADS:-default 12}; do
     for dispatch in ${FL_PAIR_DISPATCH:-single}; do
       for pin in "" --pin; do
@@ -260,7 +268,7 @@ step_pair_wide() {
         if [[ "$threads" == default ]]; then unset FL_CPU_THREADS; else export FL_CPU_THREADS="$threads"; fi
         # shellcheck disable=SC2086
         timeout 200 "$PY" bench/hetero.py --devices cpu cuda --workloads "$w" --steps 30 --repeats "${FL_PAIR_REPEATS:-3}" $pin \
-          --dispatch "$dispatch" --json "$OUT/pair_${w}_${threads}_${dispatch}${pin}.json" || rc=1
+          --dispatch "$dispatch" "${extra[@]}" --json "$OUT/pair_${w}_${threads}_${dispatch}${pin}.json" || rc=1
       done
     done
   done

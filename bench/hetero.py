@@ -135,7 +135,7 @@ class PairLoop:
     """HeteroDataParallel over `devices`, after `warmup` steps that include its calibration."""
 
     def __init__(self, workload: str, devices: list[str], data: list, warmup: int = 8,
-                 rebalance_every: int = 10, split: list[float] | None = None, dispatch: str = "single"):
+                 rebalance_every: int = 10, split: list[float] | None = None, dispatch: str = "threads"):
         torch.manual_seed(0)
         self.hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every,
                                       split=split, dispatch=dispatch)
@@ -201,7 +201,7 @@ def overlap(workload: str, devices: list[str], batch: int, reps: int = 5) -> flo
 
 
 def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False,
-            split: list[float] | None = None, dispatch: str = "single") -> dict:
+            split: list[float] | None = None, dispatch: str = "threads") -> dict:
     """Best window of `repeats` for every mode, the modes' windows interleaved."""
     result = {"workload": workload, "batch": batch, "devices": devices, "repeats": repeats, "pinned": pin,
               "split": split, "dispatch": dispatch, "alone": {}}
@@ -273,7 +273,7 @@ def main() -> None:
                    help="pinned host batches (as a DataLoader with pin_memory=True gives)")
     p.add_argument("--split", nargs="+", type=float, default=None,
                    help="a fixed split for the pair (shard proportions per device) instead of the balancer's")
-    p.add_argument("--dispatch", default="single", choices=["single", "threads"],
+    p.add_argument("--dispatch", default="threads", choices=["single", "threads"],
                    help="HeteroDataParallel's dispatch: one thread queues every shard, or a thread per device")
     p.add_argument("--json", default="")
     args = p.parse_args()

@@ -253,7 +253,7 @@ step_interference() {
 
 # bench/hetero.py on the copy-bound wide MLP, pageable and pinned, for each CPU-plugin thread
 # count in FL_PAIR_CPU_THREADS (default "default 12"; "default" = all cores) and each
-# HeteroDataParallel dispatch in FL_PAIR_DISPATCH (default "single"); FL_PAIR_BATCH sets the
+# HeteroDataParallel dispatch in FL_PAIR_DISPATCH (default "threads"); FL_PAIR_BATCH sets the
 # batch (default: the workload's), FL_PAIR_SPLIT a fixed split (default: the balancer's).
 step_pair_wide() {
   both_plugins_env
@@ -262,7 +262,7 @@ step_pair_wide() {
   # shellcheck disable=SC2206
   [[ -n "${FL_PAIR_SPLIT:-}" ]] && extra+=(--split $FL_PAIR_SPLIT)
   for threads in ${FL_PAIR_CPU_THREADS:-default 12}; do
-    for dispatch in ${FL_PAIR_DISPATCH:-single}; do
+    for dispatch in ${FL_PAIR_DISPATCH:-threads}; do
       for pin in "" --pin; do
         echo "== $w threads=$threads dispatch=$dispatch ${pin:-pageable}"
         if [[ "$threads" == default ]]; then unset FL_CPU_THREADS; else export FL_CPU_THREADS="$threads"; fi

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
@@ -107,6 +108,7 @@ void Runtime::init(const char* options) {
     instance()->host_threads_ = static_cast<int32_t>(n);
     openblas_set_num_threads(static_cast<int>(n));
   }
+  instance()->copier_ = std::make_unique<ParallelCopy>(std::min(instance()->host_threads_, kCopyThreads));
 }
 
 void Runtime::shutdown() { instance().reset(); }

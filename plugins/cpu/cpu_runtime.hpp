@@ -2,6 +2,7 @@
 // their streams (one worker thread each) and events, and memory accounting.
 #pragma once
 
+#include "parallel_copy.hpp"
 #include "stream_queue.hpp"
 
 #include <fl_abi.h>
@@ -56,6 +57,9 @@ class Runtime {
   uint64_t total_memory() const { return total_memory_; }
   int32_t host_threads() const { return host_threads_; }
   bool host_accessible() const { return host_accessible_; }
+  // Splits large memcpys over a few threads (min(threads, kCopyThreads)).
+  ParallelCopy& copier() { return *copier_; }
+  static constexpr int32_t kCopyThreads = 8;
 
   // Resolves a stream handle (NULL = the device's default stream, created lazily).
   StreamQueue& stream(int32_t device, fl_stream_t handle);
@@ -74,6 +78,7 @@ class Runtime {
  private:
   Runtime(int32_t devices, uint64_t seed);
 
+  std::unique_ptr<ParallelCopy> copier_;  // declared before devices_: outlives their streams
   std::vector<std::unique_ptr<Device>> devices_;
   uint64_t total_memory_ = 0;
   int32_t host_threads_ = 1;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -130,6 +131,64 @@ TEST_CASE("cpu plugin: memcpy in every direction and memset") {
     FL_REQUIRE_OK(ops.fl_host_free(pinned));
   }
   CHECK(ops.fl_memcpy_async(0, a.data(), host.data(), n, 42, nullptr) == FL_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("cpu plugin: large copies split over threads keep every byte") {
+  // Copies from 4 MiB up are split into chunks over the plugin's copy threads (two or more
+  // when the machine has two cores); overlapping ranges take one memmove.
+  const fl_device_ops& ops = cpu_ops();
+  const size_t mib = size_t{1} << 20;
+  for (size_t n : {4 * mib - 1, 4 * mib, 4 * mib + 3, 37 * mib + 5}) {
+    std::vector<uint8_t> host(n), back(n, 0);
+    for (size_t i = 0; i < n; ++i) host[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+    DeviceBuffer a(n), b(n);
+    FL_REQUIRE_OK(ops.fl_memcpy_async(0, a.data(), host.data(), n, FL_MEMCPY_HOST_TO_DEVICE, nullptr));
+    FL_REQUIRE_OK(ops.fl_memcpy_async(0, b.data(), a.data(), n, FL_MEMCPY_DEVICE_TO_DEVICE, nullptr));
+    FL_REQUIRE_OK(ops.fl_memcpy_async(0, back.data(), b.data(), n, FL_MEMCPY_DEVICE_TO_HOST, nullptr));
+    FL_REQUIRE_OK(ops.stream_synchronize(0, nullptr));
+    INFO("bytes " << n);
+    CHECK(std::memcmp(back.data(), host.data(), n) == 0);
+  }
+
+  SECTION("an overlapping copy within one buffer moves as memmove does") {
+    const size_t n = 8 * mib, shift = mib + 1;
+    std::vector<uint8_t> host(n + shift), back(n + shift);
+    for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(i * 7 + (i >> 11));
+    DeviceBuffer a(n + shift);
+    auto* base = static_cast<uint8_t*>(a.data());
+    FL_REQUIRE_OK(ops.fl_memcpy_async(0, base, host.data(), n + shift, FL_MEMCPY_HOST_TO_DEVICE, nullptr));
+    FL_REQUIRE_OK(ops.fl_memcpy_async(0, base + shift, base, n, FL_MEMCPY_DEVICE_TO_DEVICE, nullptr));
+    FL_REQUIRE_OK(ops.fl_memcpy_async(0, back.data(), base, n + shift, FL_MEMCPY_DEVICE_TO_HOST, nullptr));
+    FL_REQUIRE_OK(ops.stream_synchronize(0, nullptr));
+    std::vector<uint8_t> expected = host;
+    std::memmove(expected.data() + shift, expected.data(), n);
+    CHECK(back == expected);
+  }
+
+  SECTION("two streams copying at once take turns and both land") {
+    const size_t n = 9 * mib + 17;
+    std::vector<uint8_t> h1(n, 1), h2(n, 2), r1(n, 0), r2(n, 0);
+    DeviceBuffer d1(n), d2(n);
+    fl_stream_t s1 = nullptr, s2 = nullptr;
+    FL_REQUIRE_OK(ops.stream_create(0, 0, &s1));
+    FL_REQUIRE_OK(ops.stream_create(0, 0, &s2));
+    auto round_trip = [&](fl_stream_t s, DeviceBuffer& d, std::vector<uint8_t>& src, std::vector<uint8_t>& dst) {
+      for (int k = 0; k < 4; ++k) {
+        if (ops.fl_memcpy_async(0, d.data(), src.data(), n, FL_MEMCPY_HOST_TO_DEVICE, s) != FL_OK) return;
+        if (ops.fl_memcpy_async(0, dst.data(), d.data(), n, FL_MEMCPY_DEVICE_TO_HOST, s) != FL_OK) return;
+      }
+    };
+    std::thread t1(round_trip, s1, std::ref(d1), std::ref(h1), std::ref(r1));
+    std::thread t2(round_trip, s2, std::ref(d2), std::ref(h2), std::ref(r2));
+    t1.join();
+    t2.join();
+    FL_REQUIRE_OK(ops.stream_synchronize(0, s1));
+    FL_REQUIRE_OK(ops.stream_synchronize(0, s2));
+    CHECK(r1 == h1);
+    CHECK(r2 == h2);
+    FL_REQUIRE_OK(ops.stream_destroy(0, s1));
+    FL_REQUIRE_OK(ops.stream_destroy(0, s2));
+  }
 }
 
 TEST_CASE("cpu plugin: work on one stream runs in order") {

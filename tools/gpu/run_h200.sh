@@ -254,7 +254,8 @@ step_interference() {
 # bench/hetero.py on the copy-bound wide MLP, pageable and pinned, for each CPU-plugin thread
 # count in FL_PAIR_CPU_THREADS (default "default 12"; "default" = all cores) and each
 # HeteroDataParallel dispatch in FL_PAIR_DISPATCH (default "threads"); FL_PAIR_BATCH sets the
-# batch (default: the workload's), FL_PAIR_SPLIT a fixed split (default: the balancer's).
+# batch (default: the workload's), FL_PAIR_SPLIT a fixed split (default: the balancer's),
+# FL_PAIR_PINS the host batches (default "pageable pinned").
 step_pair_wide() {
   both_plugins_env
   local rc=0 threads dispatch pin w="${FL_INTERFERENCE_WORKLOAD:-wide}" extra=()
@@ -263,7 +264,8 @@ step_pair_wide() {
   [[ -n "${FL_PAIR_SPLIT:-}" ]] && extra+=(--split $FL_PAIR_SPLIT)
   for threads in ${FL_PAIR_CPU_THREADS:-default 12}; do
     for dispatch in ${FL_PAIR_DISPATCH:-threads}; do
-      for pin in "" --pin; do
+      for pin in ${FL_PAIR_PINS:-pageable pinned}; do
+        if [[ "$pin" == pinned ]]; then pin=--pin; else pin=""; fi
         echo "== $w threads=$threads dispatch=$dispatch ${pin:-pageable}"
         if [[ "$threads" == default ]]; then unset FL_CPU_THREADS; else export FL_CPU_THREADS="$threads"; fi
         # shellcheck disable=SC2086

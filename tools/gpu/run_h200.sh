@@ -20,6 +20,7 @@
 #   hetero_example  examples/hetero_train.py alone
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
 #   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count and dispatch mode
+#   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
 #   interference  bench/interference.py (what each device's pass loses beside the other's loads)
 #                 and bench/hetero.py with a fixed split and its step timeline
 #   hetero_gpus   bench/hetero.py on two CUDA devices, and on CPU + two CUDA (2-GPU machines)
@@ -276,6 +277,13 @@ step_pair_wide() {
   done
   unset FL_CPU_THREADS
   return $rc
+}
+
+# Host memory bandwidth: host copies by thread count, pageable and pinned copies to the CUDA
+# device, and both at once (bench/host_bandwidth.py).
+step_host_bandwidth() {
+  both_plugins_env
+  timeout 120 "$PY" bench/host_bandwidth.py --device "$(first_device_of cuda)" --json "$OUT/host_bandwidth.json"
 }
 
 step_hetero_gpus() {

@@ -1,6 +1,5 @@
 #include "copy_engine.h"
 
-#include "device_allocator.h"
 #include "fl_context.h"
 #include "kernel_call.h"
 #include "staging_pool.h"
@@ -8,12 +7,6 @@
 #include <plugin_library.h>
 
 #include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-
-#include <algorithm>
-#include <array>
-#include <cstring>
-#include <optional>
 
 namespace fl::binding {
 namespace {
@@ -38,67 +31,6 @@ void memcpy_on(const DeviceRef& d, void* dst, const void* src, size_t bytes, fl_
   if (bytes == 0) return;
   d.dev.plugin->check(d.dev.plugin->ops().fl_memcpy_async(d.dev.local, dst, src, bytes, kind, d.stream),
                       "memcpy");
-}
-
-// Pageable host memory to device memory that the host cannot address, in chunks through a
-// ring of buffers pinned by the device's plugin: PyTorch's intra-op threads copy chunk k+1
-// into its buffer while the device's DMA reads chunk k. A GPU driver stages a pageable copy
-// with one thread (measured on the H200 host: 7.9 GB/s pageable, 54 GB/s pinned, 36 GB/s for
-// an 8-thread host copy). Returns when the device holds every byte (the source may change
-// then, as with any copy from pageable memory).
-constexpr size_t kPipelineChunk = size_t{8} << 20;
-constexpr size_t kPipelineMinBytes = size_t{16} << 20;
-constexpr size_t kPipelineSlots = 3;
-
-void parallel_host_copy(void* dst, const void* src, size_t bytes) {
-  constexpr int64_t kPiece = int64_t{1} << 20;
-  const int64_t pieces = static_cast<int64_t>((bytes + kPiece - 1) / kPiece);
-  at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
-    const size_t from = static_cast<size_t>(begin * kPiece);
-    const size_t to = std::min(bytes, static_cast<size_t>(end * kPiece));
-    std::memcpy(static_cast<char*>(dst) + from, static_cast<const char*>(src) + from, to - from);
-  });
-}
-
-class StreamEvent {
- public:
-  explicit StreamEvent(fl::StreamRegistry& reg) : reg_(reg), event_(reg.create_event(false)) {}
-  ~StreamEvent() {
-    try {
-      reg_.destroy_event(event_);
-    } catch (...) {
-    }
-  }
-  StreamEvent(const StreamEvent&) = delete;
-  StreamEvent& operator=(const StreamEvent&) = delete;
-  void record() { reg_.record(event_, reg_.current()); }
-  void wait() { reg_.synchronize_event(event_); }
-
- private:
-  fl::StreamRegistry& reg_;
-  fl_event_t event_;
-};
-
-void pipelined_host_to_device(const DeviceRef& d, void* dst, const void* src, size_t bytes) {
-  std::array<std::optional<StagingBuffer>, kPipelineSlots> slots;
-  std::array<std::optional<StreamEvent>, kPipelineSlots> done;
-  size_t used = 0;
-  for (size_t offset = 0, k = 0; offset < bytes; offset += kPipelineChunk, ++k) {
-    const size_t slot = k % kPipelineSlots;
-    const size_t n = std::min(kPipelineChunk, bytes - offset);
-    if (!slots[slot]) {
-      slots[slot].emplace(d.dev.plugin.get(), kPipelineChunk);
-      done[slot].emplace(d.streams);
-      used = slot + 1;
-    } else {
-      done[slot]->wait();  // the DMA out of this buffer, two chunks ago, has finished
-    }
-    parallel_host_copy(slots[slot]->data(), static_cast<const char*>(src) + offset, n);
-    memcpy_on(d, static_cast<char*>(dst) + offset, slots[slot]->data(), n, FL_MEMCPY_HOST_TO_DEVICE);
-    done[slot]->record();
-  }
-  // The buffers go back to the pool only once the device has read them.
-  for (size_t slot = 0; slot < used; ++slot) done[slot]->wait();
 }
 
 // Same-device copy through the plugin's `aten::copy.out` kernel, called directly (going
@@ -214,13 +146,7 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       const bool dense_same = src.is_contiguous() && dst.scalar_type() == src.scalar_type();
       if (dst.is_contiguous() && (dense_same || !d.dev.props.host_accessible)) {
         at::Tensor staged = src.to(dst.scalar_type()).contiguous();
-        const size_t bytes = staged.nbytes();
-        if (!d.dev.props.host_accessible && bytes >= kPipelineMinBytes &&
-            !pinned_allocator().is_pinned(staged.const_data_ptr())) {
-          pipelined_host_to_device(d, data_of(dst), staged.const_data_ptr(), bytes);
-          return;
-        }
-        memcpy_on(d, data_of(dst), staged.const_data_ptr(), bytes, FL_MEMCPY_HOST_TO_DEVICE);
+        memcpy_on(d, data_of(dst), staged.const_data_ptr(), staged.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
         d.streams.synchronize(d.streams.current());  // staged is pageable and dies here
         return;
       }

@@ -139,35 +139,6 @@ def test_clone_and_contiguous_on_fl():
     assert f.clone().data_ptr() != f.data_ptr()
 
 
-@pytest.mark.parametrize("elements", [(4 << 20) - 1, 4 << 20, (10 << 20) + 3], ids=["below", "at", "above"])
-def test_large_pageable_copies_arrive_whole(elements):
-    """Host-to-device copies of 16 MiB and more into memory the host cannot address go through
-    pinned buffers in chunks (a ring of three 8 MiB buffers): every byte lands, from a plain,
-    a converted, a strided or a pinned source."""
-    import torch_fl
-
-    g = torch.Generator().manual_seed(elements)
-    src = torch.randn(elements, generator=g)
-    host_accessible = torch_fl.list_devices()[0]["host_accessible"]
-    torch.fl.empty_cache()
-    dst = src.to("fl:0")
-    assert torch.equal(dst.cpu(), src)
-    if not host_accessible and src.nbytes >= 16 << 20:
-        chunks = -(-src.nbytes // (8 << 20))
-        assert torch_fl._C.staging_cached_bytes() == min(chunks, 3) * (8 << 20)  # the ring is back in the pool
-    converted = src.double().to("fl:0", dtype=torch.float32)
-    assert torch.equal(converted.cpu(), src)
-    strided = src[: elements // 2 * 2].view(-1, 2).t()
-    assert torch.equal(strided.to("fl:0").cpu(), strided)
-    pinned = src.pin_memory()
-    assert torch.equal(pinned.to("fl:0").cpu(), src)
-    # Into a slice of a larger device tensor (dst at an offset), then the rest untouched.
-    big = torch.zeros(elements + 5, device="fl:0")
-    big[5:].copy_(src)
-    back = big.cpu()
-    assert torch.equal(back[5:], src) and not back[:5].any()
-
-
 def test_large_copy():
     cpu = torch.randn(1 << 20)
     assert_same(cpu.to("fl").to("fl:1").cpu(), cpu, exact=True)

@@ -135,10 +135,10 @@ class PairLoop:
     """HeteroDataParallel over `devices`, after `warmup` steps that include its calibration."""
 
     def __init__(self, workload: str, devices: list[str], data: list, warmup: int = 8,
-                 rebalance_every: int = 10, split: list[float] | None = None, dispatch: str = "threads"):
+                 rebalance_every: int = 10, split: list[float] | None = None):
         torch.manual_seed(0)
         self.hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every,
-                                      split=split, dispatch=dispatch)
+                                      split=split)
         self.data, self.k = data, 0
         self.shards: dict[tuple, int] = {}
         for _ in range(warmup):
@@ -201,13 +201,13 @@ def overlap(workload: str, devices: list[str], batch: int, reps: int = 5) -> flo
 
 
 def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False,
-            split: list[float] | None = None, dispatch: str = "threads") -> dict:
+            split: list[float] | None = None) -> dict:
     """Best window of `repeats` for every mode, the modes' windows interleaved."""
     result = {"workload": workload, "batch": batch, "devices": devices, "repeats": repeats, "pinned": pin,
-              "split": split, "dispatch": dispatch, "alone": {}}
+              "split": split, "alone": {}}
     data = _batches(workload, batch, 4, pin=pin)
     plain = {d: PlainLoop(workload, d, data) for d in devices}
-    together = PairLoop(workload, devices, data, split=split, dispatch=dispatch)
+    together = PairLoop(workload, devices, data, split=split)
     single: PairLoop | None = None
     best = {"pair": 0.0, "single": 0.0, **{d: 0.0 for d in devices}}
     try:
@@ -216,7 +216,7 @@ def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: 
                 best[d] = max(best[d], plain[d].window(steps))
             best["pair"] = max(best["pair"], together.window(steps))
             if single is None:  # HeteroDataParallel's own cost: the fastest device, through it
-                single = PairLoop(workload, [max(devices, key=lambda d: best[d])], data, dispatch=dispatch)
+                single = PairLoop(workload, [max(devices, key=lambda d: best[d])], data)
             best["single"] = max(best["single"], single.window(steps))
         result["alone"] = {d: best[d] for d in devices}
         result["pair"] = together.summary(best["pair"])
@@ -273,18 +273,16 @@ def main() -> None:
                    help="pinned host batches (as a DataLoader with pin_memory=True gives)")
     p.add_argument("--split", nargs="+", type=float, default=None,
                    help="a fixed split for the pair (shard proportions per device) instead of the balancer's")
-    p.add_argument("--dispatch", default="threads", choices=["single", "threads"],
-                   help="HeteroDataParallel's dispatch: one thread queues every shard, or a thread per device")
     p.add_argument("--json", default="")
     args = p.parse_args()
 
     args.devices = _resolve_devices(args.devices)
-    print("devices:", ", ".join(_describe(d) for d in args.devices), f"(dispatch={args.dispatch}, "
-          f"FL_CPU_THREADS={os.environ.get('FL_CPU_THREADS', 'unset')})")
+    print("devices:", ", ".join(_describe(d) for d in args.devices),
+          f"(FL_CPU_THREADS={os.environ.get('FL_CPU_THREADS', 'unset')})")
     results = []
     for w in args.workloads:
         batch = args.batch_size or WORKLOADS[w][3]
-        r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin, args.split, args.dispatch)
+        r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin, args.split)
         results.append(r)
         alone_text = "  ".join(f"{d} {v:8.0f}" for d, v in r["alone"].items())
         print(f"\n{w} (batch {batch}): samples/s alone: {alone_text}")

@@ -231,12 +231,11 @@ def _single_device_run(dtype, xs, ys, device="fl:0"):
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
 @pytest.mark.parametrize("split", [None, [3, 1]], ids=["measured", "fixed3to1"])
-@pytest.mark.parametrize("dispatch", ["single", "threads"])
-def test_hetero_equals_single_device_big_batch(dtype, atol, split, dispatch):
+def test_hetero_equals_single_device_big_batch(dtype, atol, split):
     xs, ys = _data(dtype, steps=6, batch=40)
     expected = _single_device_run(dtype, xs, ys)
     hdp = HeteroDataParallel(_model(dtype), ["fl:0", "fl:1"], _optimizer, split=split,
-                             rebalance_every=2, debug=True, dispatch=dispatch)
+                             rebalance_every=2, debug=True)
     try:
         for x, y in zip(xs, ys):
             hdp.train_step(x, y, F.cross_entropy)
@@ -553,13 +552,11 @@ def test_a_split_beaten_by_another_candidate_is_replanned_at_the_next_step(monke
 
 
 @pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
-@pytest.mark.parametrize("dispatch", ["single", "threads"])
-def test_two_plugins_equal_single_device_big_batch(dtype, atol, dispatch):
+def test_two_plugins_equal_single_device_big_batch(dtype, atol):
     other = _device_of_another_plugin_or_skip()
     xs, ys = _data(dtype, steps=4, batch=40)
     expected = _single_device_run(dtype, xs, ys)
-    hdp = HeteroDataParallel(_model(dtype), ["fl:0", other], _optimizer, split=[1, 1], debug=True,
-                             dispatch=dispatch)
+    hdp = HeteroDataParallel(_model(dtype), ["fl:0", other], _optimizer, split=[1, 1], debug=True)
     try:
         for x, y in zip(xs, ys):
             hdp.train_step(x, y, F.cross_entropy)
@@ -669,9 +666,8 @@ def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
     config.write_text("plugins:\n  enable: [cpu, template]\n")
     code = ("import sys, torch; sys.path.insert(0, %r); import test_parallel as t, torch_fl\n"
             "print([d['plugin'] for d in torch_fl.list_devices()])\n"
-            "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12, 'single')\n"
-            "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5, 'single')\n"
-            "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12, 'threads')\n"
+            "t.test_two_plugins_equal_single_device_big_batch(torch.float64, 1e-12)\n"
+            "t.test_two_plugins_equal_single_device_big_batch(torch.float32, 1e-5)\n"
             "t.test_two_plugins_events_are_answered_by_their_own_device()\n"
             "t.test_two_plugins_replicas_pull_weights_in_their_own_thread()\n"
             "t.test_two_plugins_replicas_pull_buffers_from_the_snapshot()\n"
@@ -681,3 +677,32 @@ def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
                               "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins)}, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "['cpu', 'template']" in r.stdout and r.stdout.strip().endswith("ok"), r.stdout
+
+
+def test_the_step_timeline_records_where_each_multi_device_step_went():
+    """HeteroDataParallel.timeline (opt-in) gets one record per step of more than one device,
+    with marks in step order, and step_timeline_summary averages them per split."""
+    from torch_fl.parallel import step_timeline_summary
+
+    xs, ys = _data(torch.float32, steps=5, batch=40)
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, split=[1, 1])
+    try:
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)  # before recording: not in the timeline
+        hdp.timeline = []
+        for x, y in zip(xs[1:], ys[1:]):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert len(hdp.timeline) == 4
+        for rec in hdp.timeline:
+            assert rec["shards"] == [20, 20]
+            for marks in rec["devices"].values():
+                assert 0 < marks["dispatched"] <= marks["synced"] <= rec["joined"]
+            assert rec["joined"] <= rec["reduced"] <= rec["optimizer"] <= rec["total"]
+        summary = step_timeline_summary(hdp.timeline)
+        assert list(summary) == ["[20, 20]"] and summary["[20, 20]"]["steps"] == 4
+        mean_total = 1e3 * sum(r["total"] for r in hdp.timeline) / 4
+        assert abs(summary["[20, 20]"]["total"] - mean_total) < 1e-3
+        assert {"dev0_dispatched", "dev0_synced", "dev1_dispatched", "dev1_synced"} <= set(summary["[20, 20]"])
+        hdp.timeline = None
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)  # recording off again: no error, nothing kept
+    finally:
+        hdp.close()

@@ -19,7 +19,7 @@
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
-#   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count and dispatch mode
+#   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count
 #   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
 #   interference  bench/interference.py (what each device's pass loses beside the other's loads)
 #                 and bench/hetero.py with a fixed split and its step timeline
@@ -253,26 +253,23 @@ step_interference() {
 }
 
 # bench/hetero.py on the copy-bound wide MLP, pageable and pinned, for each CPU-plugin thread
-# count in FL_PAIR_CPU_THREADS (default "default 12"; "default" = all cores) and each
-# HeteroDataParallel dispatch in FL_PAIR_DISPATCH (default "threads"); FL_PAIR_BATCH sets the
+# count in FL_PAIR_CPU_THREADS (default "default 12"; "default" = all cores); FL_PAIR_BATCH sets the
 # batch (default: the workload's), FL_PAIR_SPLIT a fixed split (default: the balancer's),
 # FL_PAIR_PINS the host batches (default "pageable pinned").
 step_pair_wide() {
   both_plugins_env
-  local rc=0 threads dispatch pin w="${FL_INTERFERENCE_WORKLOAD:-wide}" extra=()
+  local rc=0 threads pin w="${FL_INTERFERENCE_WORKLOAD:-wide}" extra=()
   [[ -n "${FL_PAIR_BATCH:-}" ]] && extra+=(--batch-size "$FL_PAIR_BATCH")
   # shellcheck disable=SC2206
   [[ -n "${FL_PAIR_SPLIT:-}" ]] && extra+=(--split $FL_PAIR_SPLIT)
   for threads in ${FL_PAIR_CPU_THREADS:-default 12}; do
-    for dispatch in ${FL_PAIR_DISPATCH:-threads}; do
-      for pin in ${FL_PAIR_PINS:-pageable pinned}; do
-        if [[ "$pin" == pinned ]]; then pin=--pin; else pin=""; fi
-        echo "== $w threads=$threads dispatch=$dispatch ${pin:-pageable}"
-        if [[ "$threads" == default ]]; then unset FL_CPU_THREADS; else export FL_CPU_THREADS="$threads"; fi
-        # shellcheck disable=SC2086
-        timeout 200 "$PY" bench/hetero.py --devices cpu cuda --workloads "$w" --steps 30 --repeats "${FL_PAIR_REPEATS:-3}" $pin \
-          --dispatch "$dispatch" "${extra[@]}" --json "$OUT/pair_${w}_${threads}_${dispatch}${pin}.json" || rc=1
-      done
+    for pin in ${FL_PAIR_PINS:-pageable pinned}; do
+      if [[ "$pin" == pinned ]]; then pin=--pin; else pin=""; fi
+      echo "== $w threads=$threads ${pin:-pageable}"
+      if [[ "$threads" == default ]]; then unset FL_CPU_THREADS; else export FL_CPU_THREADS="$threads"; fi
+      # shellcheck disable=SC2086
+      timeout 200 "$PY" bench/hetero.py --devices cpu cuda --workloads "$w" --steps 30 --repeats "${FL_PAIR_REPEATS:-3}" $pin \
+        "${extra[@]}" --json "$OUT/pair_${w}_${threads}${pin}.json" || rc=1
     done
   done
   unset FL_CPU_THREADS

@@ -492,21 +492,6 @@ class ThroughputBalancer:
 # ---- the data-parallel wrapper -------------------------------------------------------
 
 
-# How often dispatch="single" looks whether a device has finished (a sleep between polls
-# leaves the core to the devices' own threads).
-_POLL_SECONDS = 50e-6
-
-
-def _record_event(device: torch.device) -> torch.Event | None:
-    """An event recorded on `device`'s current stream, marking the work queued so far; None
-    for PyTorch's own "cpu" device, whose operators have finished when they return."""
-    if device.type == "cpu":
-        return None
-    event = torch.Event(device=device)
-    event.record()
-    return event
-
-
 def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
     """Splits a tensor (or a tuple/list/dict of tensors) along dim 0 into `sizes` pieces."""
     if isinstance(value, torch.Tensor):
@@ -579,14 +564,6 @@ class HeteroDataParallel:
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.
-        dispatch: how a step of several devices is driven. "threads" (the default): one thread
-            per device, each queuing its shard and waiting for it; copies that block the host
-            (pageable batches) then run side by side. "single": this thread queues every shard
-            in turn (the other replicas first, the master last) and then waits for all of them,
-            so no two Python threads contend for the GIL; a copy that blocks the host holds
-            back every device queued after it. On the H200 with the CPU plugin (wide MLP,
-            pageable batch of 32768) "threads" split the batch and ran 1.04x the H200 alone,
-            "single" measured its splits slower and kept the H200 alone.
 
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
@@ -601,10 +578,7 @@ class HeteroDataParallel:
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
                  probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
-                 debug: bool = False, dispatch: str = "threads"):
-        if dispatch not in ("single", "threads"):
-            raise ValueError(f"dispatch must be 'single' or 'threads', got {dispatch!r}")
-        self.dispatch = dispatch
+                 debug: bool = False):
         self.devices = [torch.device(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
@@ -746,34 +720,6 @@ class HeteroDataParallel:
                 self._marks[index] = {"dispatched": dispatched, "synced": end}
             return loss, end - start
 
-    def _run_shards_single(self, active: Sequence[int], in_parts: list, tgt_parts: list, loss_fn: Callable,
-                           weights: dict[int, float], start: float) -> dict[int, tuple[torch.Tensor, float]]:
-        """dispatch="single": queues every shard from this thread (the other replicas first,
-        whose pulls and copies the master then does not wait behind; the master last), then
-        waits for every device, noting when each finished (seconds from `start`)."""
-        parts = dict(zip(active, zip(in_parts, tgt_parts)))
-        order = sorted(active, key=lambda i: self.replicas[i] is self.module)
-        losses: dict[int, torch.Tensor] = {}
-        done: dict[int, torch.Event | None] = {}
-        for i in order:
-            device = self.devices[i]
-            with device_context(device):
-                losses[i] = self._queue_shard(i, *parts[i], loss_fn, weights[i])
-                done[i] = _record_event(device)
-            if self.timeline is not None:
-                self._marks[i] = {"dispatched": time.perf_counter()}
-        finished: dict[int, float] = {}
-        while len(finished) < len(order):
-            for i in order:
-                if i not in finished and (done[i] is None or done[i].query()):
-                    finished[i] = time.perf_counter()
-            if len(finished) < len(order):
-                time.sleep(_POLL_SECONDS)
-        if self.timeline is not None:
-            for i in order:
-                self._marks[i]["synced"] = finished[i]
-        return {i: (losses[i], finished[i] - start) for i in order}
-
     def _shard_sizes(self, batch_size: int) -> list[int]:
         if self.fixed_split is not None:
             total = float(sum(self.fixed_split))
@@ -848,19 +794,13 @@ class HeteroDataParallel:
                 if self._side_pulls and any(i in self._stale for i in active):
                     self._prepare_side_pulls()
                 weights = {i: sizes[i] / batch for i in active}
-                if self.dispatch == "single":
-                    try:
-                        results = self._run_shards_single(active, in_parts, tgt_parts, loss_fn, weights, start)
-                    finally:
-                        self._side_pulls_ready = False
-                else:
-                    futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i])
-                               for i, x, y in zip(active, in_parts, tgt_parts)}
-                    # Every shard ends (also when one raised) before the snapshot is dropped and
-                    # the caller sees an error: no thread of this step outlives it.
-                    concurrent.futures.wait(futures.values())
-                    self._side_pulls_ready = False  # the snapshot is this step's only
-                    results = {i: f.result() for i, f in futures.items()}
+                futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i])
+                           for i, x, y in zip(active, in_parts, tgt_parts)}
+                # Every shard ends (also when one raised) before the snapshot is dropped and the
+                # caller sees an error: no thread of this step outlives it.
+                concurrent.futures.wait(futures.values())
+                self._side_pulls_ready = False  # the snapshot is this step's only
+                results = {i: f.result() for i, f in futures.items()}
                 joined = time.perf_counter()
                 self._reduce_gradients(active)
                 reduced = time.perf_counter()

@@ -27,9 +27,10 @@ Each step:
 2. every replica first pulls the master's latest weights if it is stale (in its own thread,
    so transfers to different devices overlap; a device that sat steps out pays nothing), then
    runs forward and backward on its shard — one Python thread per device;
-3. each parameter's gradient is copied to the reduction device and summed with weights n_i/N,
+3. each shard's loss is scaled by its share n_i/N before backward, and each parameter's
+   gradient is copied to the reduction device and added there (one foreach add per replica),
    so with a loss that is a mean over the batch the master gradient is the gradient of the
-   big-batch loss: grad = Σ_i (n_i/N)·grad_i (when the master ran the whole batch alone its
+   big-batch loss: grad = Σ_i ∇(n_i/N · loss_i) (when the master ran the whole batch alone its
    gradient is used as it is);
 4. one optimizer steps the master copy (the replica that lives on the reduction device);
 5. the other replicas receive the master's parameters and buffers before they next compute,
@@ -82,12 +83,20 @@ bench/results/h200x2_2026-11-30_session3_*):
   batches; bench/results/h200_2026-11-30_session4_*) is where the CPU device comes closest:
   316-391k samples/s alone against the H200's 570-740k. A split still lost there: the
   CPU device's forward/backward ran 1.4-3x slower beside the H200's thread than alone
-  (OpenBLAS at 4-16 threads did not change it; not profiled further — a likely cause is that
-  the CUDA driver stages pageable copies with CPU memcpys, competing for the same cores and
-  memory), so the split measured ~2.0-2.3 µs per sample against 1.3-1.7 for the H200 alone,
-  and the balancer keeps the H200 alone (0.95x-1.01x of its plain loop, probes included).
-  With pinned rows the H200 alone runs 2.3M samples/s and the CPU device adds too little to
-  matter.
+  (OpenBLAS at 4-16 threads did not change it then), so the split measured ~2.0-2.3 µs per
+  sample against 1.3-1.7 for the H200 alone, and the balancer kept the H200 alone. With
+  pinned rows the H200 alone runs 2.3M samples/s and the CPU device adds too little to matter;
+- fifth session (bench/results/h200_2026-11-30_session5_*): bench/interference.py showed
+  the CPU device's pass 1.2-2.1x slower beside the H200's loop with OpenBLAS on all 16 cores
+  and not slower with 8 (a BLAS thread sharing a core with the H200's feeding thread holds back
+  the GEMM: set the CPU plugin's threads, FL_CPU_THREADS); the CPU plugin's copies, one
+  memmove before, now use up to 8 threads. Then the wide MLP on pageable rows splits: the
+  example at batch 16384 ran 1.22x the H200 alone (0.77x the sum), bench/hetero.py at batch
+  32768 1.01-1.06x. The sum stays out of reach: both devices draw on the same host memory
+  bandwidth (the H200's pageable copy is staged by the driver with one thread at 7.9 GB/s,
+  4.8-6.7 GB/s while the host copies), and in a split step each device ran 1.1-1.6x slower
+  than alone (HeteroDataParallel.timeline). Queuing every shard from one thread instead of a
+  thread per device measured slower in every split (a pageable copy blocks the thread).
   On the 2-core development host, shared with other builds, the
 overlap measured 0.6–1.9 from run to run — even native `torch.mm` in two threads measured
 0.6–0.7 there — so the host, not the binding, bounded it; fl:0 and fl:1 of the CPU plugin are

@@ -49,7 +49,7 @@ def main() -> None:
 
     n = args.mb << 20
     cores = os.cpu_count() or 1
-    threads = [t or cores for t in args.threads]
+    threads = sorted({t or cores for t in args.threads})
     dev = torch.device(args.device)
     src, dst = torch.ones(n, dtype=torch.uint8), torch.empty(n, dtype=torch.uint8)
     pinned = torch.ones(n, dtype=torch.uint8).pin_memory()

@@ -2,47 +2,27 @@
 // device, streams and events, all delegated to the core's per-device StreamRegistry.
 #include "fl_context.h"
 
+#include <plugin_library.h>
+
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
-#include <mutex>
-#include <unordered_map>
 
 namespace fl::binding {
 namespace {
 
 constexpr c10::DeviceType kFl = c10::DeviceType::PrivateUse1;
 
-// Which device each live event handle was created on. c10 queries and synchronizes an event
-// by its handle alone (as CUDA can), but an fl event handle means something only to the
-// plugin of the device that created it: handing it to another device's plugin (the current
-// device when the query runs elsewhere) would make that plugin read a foreign pointer.
-class EventOwners {
- public:
-  void add(void* event, c10::DeviceIndex device) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    owners_[event] = device;
-  }
-  void remove(void* event) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    owners_.erase(event);
-  }
-  // The creating device; `fallback` for a handle not created here (none should be).
-  c10::DeviceIndex owner(void* event, c10::DeviceIndex fallback) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = owners_.find(event);
-    return it == owners_.end() ? fallback : it->second;
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<void*, c10::DeviceIndex> owners_;
+// What c10 holds as an fl event: the plugin's handle and the device that created it. c10
+// queries, synchronizes and times an event by this pointer alone (CUDA can do with a handle),
+// but a plugin's handle means something only to the plugin of its device, and handles of two
+// plugins may be equal. Owned by c10's event (created in record, deleted in destroyEvent).
+struct FlEvent {
+  c10::DeviceIndex device;
+  fl_event_t handle;
 };
 
-EventOwners& event_owners() {
-  static EventOwners* owners = new EventOwners();  // leaked: events may outlive static destruction
-  return *owners;
-}
+const FlEvent& as_event(void* event) { return *static_cast<const FlEvent*>(event); }
 
 c10::Stream make_stream(c10::DeviceIndex index, int64_t id) {
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(kFl, index), id);
@@ -85,13 +65,14 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex device_index) const noexcept override {
+    (void)device_index;
     if (event == nullptr) return;
+    auto* e = static_cast<FlEvent*>(event);
     try {
-      c10::DeviceIndex owner = event_owners().owner(event, device_index);
-      event_owners().remove(event);
-      runtime().streams(owner).destroy_event(static_cast<fl_event_t>(event));
+      runtime().streams(e->device).destroy_event(e->handle);
     } catch (...) {
     }
+    delete e;
   }
 
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
@@ -103,32 +84,49 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     translate_errors("event record: ", [&] {
       auto& reg = runtime().streams(stream.device_index());
       if (*event == nullptr) {
-        *event = reg.create_event(flag == c10::EventFlag::BACKEND_DEFAULT);
-        event_owners().add(*event, stream.device_index());
+        fl_event_t handle = reg.create_event(flag == c10::EventFlag::BACKEND_DEFAULT);
+        *event = new FlEvent{stream.device_index(), handle};
       }
-      reg.record(static_cast<fl_event_t>(*event), stream.id());
+      const FlEvent& e = as_event(*event);
+      TORCH_CHECK(e.device == stream.device_index(), "an event of fl:", static_cast<int>(e.device),
+                  " cannot be recorded on a stream of fl:", static_cast<int>(stream.device_index()));
+      reg.record(e.handle, stream.id());
     });
   }
 
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;
     translate_errors("event wait: ", [&] {
-      const c10::DeviceIndex owner = event_owners().owner(event, stream.device_index());
+      const FlEvent& e = as_event(event);
       auto& rt = runtime();
-      if (owner != stream.device_index() && rt.device(owner).plugin != rt.device(stream.device_index()).plugin) {
-        // An event of another plugin's device: the waiting stream's plugin cannot read it, so
-        // the host waits for it; work queued on the stream afterwards then follows it.
-        rt.streams(owner).synchronize_event(static_cast<fl_event_t>(event));
+      const c10::DeviceIndex waiter = stream.device_index();
+      if (e.device == waiter) {
+        rt.streams(waiter).wait(stream.id(), e.handle);
         return;
       }
-      rt.streams(stream.device_index()).wait(stream.id(), static_cast<fl_event_t>(event));
+      // fl_abi.h: stream_wait_event takes an event of the same device. Another device of the
+      // same plugin: the plugin's "fl.stream_wait_peer_event" where it offers one; otherwise
+      // (another plugin, or no such extra) the host waits for the event, and work queued on
+      // the stream afterwards follows it.
+      const auto& to = rt.device(waiter);
+      const auto& from = rt.device(e.device);
+      auto peer_wait = to.plugin == from.plugin ? reinterpret_cast<fl_stream_wait_peer_event_fn>(
+                                                      to.plugin->extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT))
+                                                : nullptr;
+      if (peer_wait != nullptr) {
+        to.plugin->check(peer_wait(to.local, rt.streams(waiter).handle(stream.id()), from.local, e.handle),
+                         FL_EXTRA_STREAM_WAIT_PEER_EVENT);
+        return;
+      }
+      rt.streams(e.device).synchronize_event(e.handle);
     });
   }
 
   bool queryEvent(void* event) const override {
     if (event == nullptr) return true;
     return translate_errors("event query: ", [&] {
-      return runtime().streams(event_owners().owner(event, current_device())).query_event(static_cast<fl_event_t>(event));
+      const FlEvent& e = as_event(event);
+      return runtime().streams(e.device).query_event(e.handle);
     });
   }
 
@@ -145,8 +143,8 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeEvent(void* event) const override {
     if (event == nullptr) return;
     translate_errors("event synchronize: ", [&] {
-      runtime().streams(event_owners().owner(event, current_device())).synchronize_event(
-          static_cast<fl_event_t>(event));
+      const FlEvent& e = as_event(event);
+      runtime().streams(e.device).synchronize_event(e.handle);
     });
   }
 
@@ -164,9 +162,13 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   double elapsedTime(void* start, void* end, const c10::DeviceIndex device_index) const override {
     TORCH_CHECK(start != nullptr && end != nullptr,
                 "elapsed_time needs both events recorded (with enable_timing=True)");
+    (void)device_index;
+    const FlEvent& s = as_event(start);
+    const FlEvent& e = as_event(end);
+    TORCH_CHECK(s.device == e.device, "elapsed_time: both events must be recorded on one device, got fl:",
+                static_cast<int>(s.device), " and fl:", static_cast<int>(e.device));
     return translate_errors("elapsed_time: ", [&] {
-      return static_cast<double>(runtime().streams(event_owners().owner(start, device_index)).elapsed_ms(
-          static_cast<fl_event_t>(start), static_cast<fl_event_t>(end)));
+      return static_cast<double>(runtime().streams(s.device).elapsed_ms(s.handle, e.handle));
     });
   }
 };

@@ -83,7 +83,6 @@ void Runtime::init(const char* options) {
     plugin::raise(FL_ERR_INVALID_ARGUMENT, "cpu plugin: device count must be in [0, 1024]");
   std::string seed_text = option_value(opts, "seed");
   uint64_t seed = seed_text.empty() ? 0 : static_cast<uint64_t>(parse_integer(seed_text, "seed"));
-  instance().reset(new Runtime(static_cast<int32_t>(devices), seed));
   // host_accessible=0 (or FL_CPU_HOST_ACCESSIBLE=0) makes the devices report memory the host
   // may not dereference, as a GPU's: the core then takes the staging paths a GPU plugin takes,
   // so CI exercises them without a GPU. The memory itself is still host memory.
@@ -92,23 +91,31 @@ void Runtime::init(const char* options) {
     const char* env = std::getenv("FL_CPU_HOST_ACCESSIBLE");
     if (env != nullptr && *env != '\0') access = env;
   }
-  instance()->host_accessible_ = access.empty() || parse_integer(access, "host_accessible") != 0;
-  // threads=N (or FL_CPU_THREADS): the BLAS threads the kernels use, all cores by default.
-  // Beside other devices of the process, fewer leave cores to the threads that feed those
-  // devices: OpenBLAS splits a GEMM evenly over its threads, so one thread that shares a
-  // core with another busy thread holds the whole GEMM back.
-  std::string threads = option_value(opts, "threads");
-  if (threads.empty()) {
+  const bool host_accessible = access.empty() || parse_integer(access, "host_accessible") != 0;
+  // threads=N (or FL_CPU_THREADS): the BLAS threads the kernels use; without it, OpenBLAS's
+  // own count (all cores, or OPENBLAS_NUM_THREADS). Beside other devices of the process,
+  // fewer leave cores to the threads that feed those devices: OpenBLAS splits a GEMM evenly
+  // over its threads, so one thread that shares a core with another busy thread holds the
+  // whole GEMM back. The count is OpenBLAS's, for the whole process (the pthreads build this
+  // plugin links; an OpenMP build would apply it to the calling thread only).
+  std::string threads_text = option_value(opts, "threads");
+  if (threads_text.empty()) {
     const char* env = std::getenv("FL_CPU_THREADS");
-    if (env != nullptr && *env != '\0') threads = env;
+    if (env != nullptr && *env != '\0') threads_text = env;
   }
-  if (!threads.empty()) {
-    int64_t n = parse_integer(threads, "thread count");
-    if (n < 1 || n > 4096) plugin::raise(FL_ERR_INVALID_ARGUMENT, "cpu plugin: threads must be in [1, 4096]");
-    instance()->host_threads_ = static_cast<int32_t>(n);
-    openblas_set_num_threads(static_cast<int>(n));
+  int64_t threads = 0;
+  if (!threads_text.empty()) {
+    threads = parse_integer(threads_text, "thread count");
+    if (threads < 1 || threads > 4096)
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, "cpu plugin: threads must be in [1, 4096]");
   }
-  instance()->copier_ = std::make_unique<ParallelCopy>(std::min(instance()->host_threads_, kCopyThreads));
+  // Every option is valid: only now is the runtime built (a failed init leaves none behind).
+  if (threads > 0) openblas_set_num_threads(static_cast<int>(threads));
+  auto runtime = std::unique_ptr<Runtime>(new Runtime(static_cast<int32_t>(devices), seed));
+  runtime->host_accessible_ = host_accessible;
+  runtime->host_threads_ = std::max(1, openblas_get_num_threads());
+  runtime->copier_ = std::make_unique<ParallelCopy>(std::min(runtime->host_threads_, kCopyThreads));
+  instance() = std::move(runtime);
 }
 
 void Runtime::shutdown() { instance().reset(); }
@@ -121,7 +128,6 @@ Runtime& Runtime::get() {
 
 Runtime::Runtime(int32_t devices, uint64_t seed) {
   total_memory_ = physical_memory();
-  host_threads_ = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   for (int32_t i = 0; i < devices; ++i) {
     auto device = std::make_unique<Device>();
     device->index = i;

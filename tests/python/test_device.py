@@ -150,19 +150,20 @@ def test_synchronize_and_mem_get_info():
 
 
 def test_cpu_plugin_thread_count_option():
-    """threads=N (or FL_CPU_THREADS) sets the CPU plugin's BLAS threads, reported as its
-    compute units; a bad count skips the plugin with the reason."""
+    """threads=N (or FL_CPU_THREADS) sets the CPU plugin's BLAS threads (OpenBLAS's count),
+    reported as its compute units; a bad count skips the plugin with the reason."""
     from conftest import run_python
 
-    code = ("import torch, torch_fl\n"
+    code = ("import ctypes, torch, torch_fl\n"
             "d = torch_fl.list_devices()[0]\n"
             "a = torch.randn(300, 200, dtype=torch.float64)\n"
             "b = torch.randn(200, 100, dtype=torch.float64)\n"
             "torch.testing.assert_close((a.to('fl:0') @ b.to('fl:0')).cpu(), a @ b)\n"
-            "print(d['plugin'], d['compute_units'])\n")
+            "blas = ctypes.CDLL('libopenblas.so.0').openblas_get_num_threads()\n"
+            "print(d['plugin'], d['compute_units'], blas)\n")
     r = run_python(code, env={"FL_CPU_THREADS": "3"})
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.strip().endswith("cpu 3"), r.stdout
+    assert r.stdout.strip().endswith("cpu 3 3"), r.stdout
     bad = run_python("import torch_fl; print([s['reason'] for s in torch_fl.skipped_plugins()])",
                      env={"FL_CPU_THREADS": "0"})
     assert bad.returncode == 0, bad.stderr[-2000:]

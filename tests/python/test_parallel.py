@@ -628,30 +628,36 @@ def test_two_plugins_master_alone_steps_take_no_snapshot():
 def test_two_plugins_events_are_answered_by_their_own_device():
     """An event of one plugin's device, queried, synchronized or timed while another plugin's
     device is current, or waited on by another plugin's stream, reaches its own plugin (c10
-    passes only the handle; the current device's plugin cannot read it)."""
+    passes only the event; the current device's plugin cannot read another plugin's handle).
+    Both directions: fl:0 (CPU plugin) events from the other plugin's side, and the other
+    plugin's events from fl:0's side (the CPU plugin would misread a foreign handle)."""
     other = _device_of_another_plugin_or_skip()
     other_index = torch.device(other).index
-    torch.fl.set_device(0)
-    x = torch.randn(256, 256, dtype=torch.float64)
-    xd = x.to("fl:0")
-    start, end = torch.Event(device="fl:0", enable_timing=True), torch.Event(device="fl:0", enable_timing=True)
-    start.record(torch.fl.current_stream(0))
-    yd = xd @ xd
-    end.record(torch.fl.current_stream(0))
-    torch.fl.set_device(other_index)
-    try:
-        end.synchronize()
-        assert end.query() and start.query()
-        assert start.elapsed_time(end) >= 0.0
-        stream = torch.Stream(device=other)
-        stream.wait_event(end)  # another plugin's stream: the host waits for the event
-        after = torch.Event(device=other)
-        after.record(stream)
-        after.synchronize()
-        assert after.query()
-        torch.testing.assert_close(yd.cpu(), x @ x, rtol=0, atol=1e-9)
-    finally:
-        torch.fl.set_device(0)
+    for mine, theirs in ((0, other_index), (other_index, 0)):
+        torch.fl.set_device(mine)
+        x = torch.randn(256, 256, dtype=torch.float64)
+        xd = x.to(f"fl:{mine}")
+        start = torch.Event(device=f"fl:{mine}", enable_timing=True)
+        end = torch.Event(device=f"fl:{mine}", enable_timing=True)
+        start.record(torch.fl.current_stream(mine))
+        yd = xd @ xd
+        end.record(torch.fl.current_stream(mine))
+        torch.fl.set_device(theirs)
+        try:
+            end.synchronize()
+            assert end.query() and start.query()
+            assert start.elapsed_time(end) >= 0.0
+            stream = torch.Stream(device=f"fl:{theirs}")
+            stream.wait_event(end)  # another plugin's stream: the host waits for the event
+            after = torch.Event(device=f"fl:{theirs}", enable_timing=True)
+            after.record(stream)
+            after.synchronize()
+            assert after.query()
+            with pytest.raises(RuntimeError, match="both events must be recorded on one device"):
+                start.elapsed_time(after)
+            torch.testing.assert_close(yd.cpu(), x @ x, rtol=0, atol=1e-9)
+        finally:
+            torch.fl.set_device(0)
 
 
 def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):

@@ -169,3 +169,33 @@ def test_event_on_other_device_stream_is_rejected():
     e.record(torch.fl.Stream("fl:0"))
     with pytest.raises(RuntimeError):
         e.record(s1)
+
+
+def test_a_stream_waits_on_an_event_of_another_device_of_its_plugin():
+    """stream.wait_event with an event of another device of the same plugin goes through the
+    plugin's peer wait (fl.stream_wait_peer_event): once the waiting stream has drained, the
+    event's work is done; an event is queried and synchronized through its own device whatever
+    device is current; elapsed_time of events on two devices is refused."""
+    torch.fl.set_device(0)
+    a = torch.randn(600, 600, dtype=torch.float64, device="fl:0")
+    done = torch.Event(device="fl:0", enable_timing=True)
+    begin = torch.Event(device="fl:0", enable_timing=True)
+    begin.record(torch.fl.current_stream(0))
+    b = a @ a @ a
+    done.record(torch.fl.current_stream(0))
+    waiter = torch.Stream(device="fl:1")
+    waiter.wait_event(done)
+    waiter.synchronize()
+    assert done.query()
+    torch.fl.set_device(1)
+    try:
+        done.synchronize()
+        assert begin.elapsed_time(done) >= 0.0
+        other = torch.Event(device="fl:1", enable_timing=True)
+        other.record(waiter)
+        other.synchronize()
+        with pytest.raises(RuntimeError, match="both events must be recorded on one device"):
+            begin.elapsed_time(other)
+    finally:
+        torch.fl.set_device(0)
+    assert torch.isfinite(b.cpu()).all()

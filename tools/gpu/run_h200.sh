@@ -240,7 +240,7 @@ step_interference() {
       --json "$OUT/interference_cuda${pin}.json" || rc=1
   done
   for threads in ${FL_INTERFERENCE_BLAS_THREADS:-8}; do
-    OPENBLAS_NUM_THREADS="$threads" timeout 120 "$PY" bench/interference.py --target "$cpu" --other "$cuda" \
+    env -u FL_CPU_THREADS OPENBLAS_NUM_THREADS="$threads" timeout 120 "$PY" bench/interference.py --target "$cpu" --other "$cuda" \
       --workload "$w" --shard 1024 --json "$OUT/interference_cpu_blas${threads}.json" || rc=1
   done
   # shellcheck disable=SC2086

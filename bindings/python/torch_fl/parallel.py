@@ -576,10 +576,11 @@ class HeteroDataParallel:
 
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
-            step's time went (seconds from the step's start): for each device the end of its
-            pull, copy, forward and backward dispatch and when it finished its work; then
-            the shards' join, the gradient reduction, the optimizer step's dispatch and the
-            loss read-back. `step_timeline_summary(timeline)` averages it per split.
+            step's time went, in seconds from the step's start: per device "dispatched" (its
+            pull, copy, forward and backward queued) and "synced" (its device finished);
+            then "joined" (every shard done), "reduced" (gradients summed), "optimizer" (the
+            step queued) and "total" (loss read back). `step_timeline_summary(timeline)`
+            averages them per split.
     """
 
     def __init__(self, module: nn.Module, devices: Sequence[str | torch.device],

@@ -7,6 +7,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <memory>
+
 
 namespace fl::binding {
 namespace {
@@ -69,7 +71,7 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event == nullptr) return;
     auto* e = static_cast<FlEvent*>(event);
     try {
-      runtime().streams(e->device).destroy_event(e->handle);
+      if (e->handle != nullptr) runtime().streams(e->device).destroy_event(e->handle);
     } catch (...) {
     }
     delete e;
@@ -84,8 +86,11 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     translate_errors("event record: ", [&] {
       auto& reg = runtime().streams(stream.device_index());
       if (*event == nullptr) {
-        fl_event_t handle = reg.create_event(flag == c10::EventFlag::BACKEND_DEFAULT);
-        *event = new FlEvent{stream.device_index(), handle};
+        // Allocated first: a failed allocation then leaves no plugin event behind (destroying
+        // an FlEvent whose handle is still NULL destroys nothing in the plugin).
+        auto holder = std::make_unique<FlEvent>(FlEvent{stream.device_index(), nullptr});
+        holder->handle = reg.create_event(flag == c10::EventFlag::BACKEND_DEFAULT);
+        *event = holder.release();
       }
       const FlEvent& e = as_event(*event);
       TORCH_CHECK(e.device == stream.device_index(), "an event of fl:", static_cast<int>(e.device),

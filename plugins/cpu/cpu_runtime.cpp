@@ -109,12 +109,16 @@ void Runtime::init(const char* options) {
     if (threads < 1 || threads > 4096)
       plugin::raise(FL_ERR_INVALID_ARGUMENT, "cpu plugin: threads must be in [1, 4096]");
   }
-  // Every option is valid: only now is the runtime built (a failed init leaves none behind).
-  if (threads > 0) openblas_set_num_threads(static_cast<int>(threads));
+  // OpenBLAS's own count, as the process started (a later init without threads= returns to it).
+  static const int blas_default = std::max(1, openblas_get_num_threads());
+  const int32_t host_threads = threads > 0 ? static_cast<int32_t>(threads) : blas_default;
+  // Every option is valid: only now is the runtime built, and OpenBLAS's count changed only
+  // once nothing else can fail (a failed init leaves no runtime and no changed count behind).
   auto runtime = std::unique_ptr<Runtime>(new Runtime(static_cast<int32_t>(devices), seed));
   runtime->host_accessible_ = host_accessible;
-  runtime->host_threads_ = std::max(1, openblas_get_num_threads());
-  runtime->copier_ = std::make_unique<ParallelCopy>(std::min(runtime->host_threads_, kCopyThreads));
+  runtime->host_threads_ = host_threads;
+  runtime->copier_ = std::make_unique<ParallelCopy>(std::min(host_threads, kCopyThreads));
+  openblas_set_num_threads(host_threads);
   instance() = std::move(runtime);
 }
 

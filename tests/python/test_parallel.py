@@ -712,3 +712,21 @@ def test_the_step_timeline_records_where_each_multi_device_step_went():
         hdp.train_step(xs[0], ys[0], F.cross_entropy)  # recording off again: no error, nothing kept
     finally:
         hdp.close()
+
+
+def test_synchronize_device_waits_for_that_device_not_the_current_one():
+    """synchronize_device(fl:1) with fl:0 current waits for fl:1's queued work (torch.Event's
+    record() without a stream would record on the current device's stream)."""
+    from torch_fl.parallel import synchronize_device
+
+    torch.fl.set_device(0)
+    a = torch.randn(1200, 1200, dtype=torch.float64, device="fl:1")
+    torch.fl.synchronize(1)
+    for _ in range(3):
+        a = a @ a / 1200.0  # queued on fl:1's current stream: tens of ms on the CPU plugin
+    queued = torch.Event(device="fl:1")
+    queued.record(torch.fl.current_stream(1))
+    synchronize_device(torch.device("fl:1"))
+    # (The stream itself may hold more by now: the allocator's own bookkeeping.)
+    assert queued.query()
+    assert torch.fl.current_device() == 0

@@ -152,8 +152,11 @@ def synchronize_device(device: torch.device) -> None:
     if device.type == "cpu":
         return
     if device.type == "fl":
+        # Recorded on `device`'s current stream by name: torch.Event.record() without a stream
+        # records on the current device's, whichever `device` the event was made for.
+        index = device.index if device.index is not None else torch.fl.current_device()
         event = torch.Event(device=device)
-        event.record()
+        event.record(torch.fl.current_stream(index))
         event.synchronize()
         return
     module = getattr(torch, device.type, None)
@@ -664,7 +667,7 @@ class HeteroDataParallel:
         if self._weights_ready is None:
             self._weights_ready = torch.Event(device=self.reduce_device)
         self._buffer_snapshot = [b.clone() for b in self.module.buffers()]
-        self._weights_ready.record()
+        self._weights_ready.record(torch.fl.current_stream(self.reduce_device.index))
         self._side_pulls_ready = True
 
     def _copy_from_master(self, index: int, side_stream: bool = False) -> None:

@@ -27,6 +27,7 @@ void ParallelCopy::copy_chunk(const Job& job, size_t slot) {
 }
 
 void ParallelCopy::copy(void* dst, const void* src, size_t size) {
+  if (size == 0) return;  // dst and src may be NULL then (memmove's are declared non-null)
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   // std::less gives a total order over unrelated pointers.

@@ -165,6 +165,13 @@ const DispatchTable& Runtime::dispatch(int index) const {
   return tables_[table_of_device_[index]];
 }
 
+fl_stream_wait_peer_event_fn Runtime::peer_wait(int dst, int src) const {
+  const LogicalDevice& to = devices_[dst];
+  const LogicalDevice& from = devices_[src];
+  if (to.plugin != from.plugin || to.local == from.local) return nullptr;
+  return reinterpret_cast<fl_stream_wait_peer_event_fn>(to.plugin->extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT));
+}
+
 void Runtime::order_after(int dst, int64_t dst_stream, int src, int64_t src_stream) {
   check_index(dst);
   check_index(src);
@@ -176,31 +183,41 @@ void Runtime::order_after(int dst, int64_t dst_stream, int src, int64_t src_stre
   // fl_abi.h: stream_wait_event takes an event of the same device only, so an event orders
   // streams of one plugin device, and the extra "fl.stream_wait_peer_event" (where the plugin
   // offers it) streams of two of its devices; anything else waits for the source stream on
-  // the host.
-  const LogicalDevice& to = devices_[dst];
-  const LogicalDevice& from = devices_[src];
-  const bool same_plugin = to.plugin == from.plugin;
-  const bool same_device = same_plugin && to.local == from.local;
-  auto peer_wait = same_plugin && !same_device ? reinterpret_cast<fl_stream_wait_peer_event_fn>(
-                                                     to.plugin->extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT))
-                                               : nullptr;
-  if (!same_device && peer_wait == nullptr) {
+  // the host (without an event).
+  const fl_stream_wait_peer_event_fn peer = dst == src ? nullptr : peer_wait(dst, src);
+  if (dst != src && peer == nullptr) {
     s.synchronize(src_stream);
     return;
   }
   fl_event_t e = s.create_event(false);
   try {
     s.record(e, src_stream);
-    if (same_device) {
-      d.wait(dst_stream, e);
-    } else {
-      to.plugin->check(peer_wait(to.local, d.handle(dst_stream), from.local, e), FL_EXTRA_STREAM_WAIT_PEER_EVENT);
-    }
+    device_wait(dst, dst_stream, src, e, peer);
   } catch (...) {
     s.destroy_event(e);
     throw;
   }
   s.destroy_event(e);
+}
+
+void Runtime::wait_event(int dst, int64_t dst_stream, int src, fl_event_t event) {
+  check_index(dst);
+  check_index(src);
+  device_wait(dst, dst_stream, src, event, dst == src ? nullptr : peer_wait(dst, src));
+}
+
+void Runtime::device_wait(int dst, int64_t dst_stream, int src, fl_event_t event,
+                          fl_stream_wait_peer_event_fn peer) {
+  StreamRegistry& d = streams(dst);
+  if (dst == src) {
+    d.wait(dst_stream, event);
+  } else if (peer != nullptr) {
+    const LogicalDevice& to = devices_[dst];
+    to.plugin->check(peer(to.local, d.handle(dst_stream), devices_[src].local, event),
+                     FL_EXTRA_STREAM_WAIT_PEER_EVENT);
+  } else {
+    streams(src).synchronize_event(event);
+  }
 }
 
 }  // namespace fl

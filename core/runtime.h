@@ -62,8 +62,17 @@ class Runtime {
   // of a plugin that offers "fl.stream_wait_peer_event"; otherwise (across plugins) a host
   // wait for the source stream.
   void order_after(int dst, int64_t dst_stream, int src, int64_t src_stream);
+  // Orders work that `dst_stream` of device `dst` enqueues from now on after `event`, an
+  // event of device `src` (from streams(src).create_event): the same waits as order_after,
+  // the host waiting for the event itself where the devices cannot.
+  void wait_event(int dst, int64_t dst_stream, int src, fl_event_t event);
 
  private:
+  // The plugin's "fl.stream_wait_peer_event" when dst and src are two devices of one plugin
+  // that offers it; nullptr otherwise.
+  fl_stream_wait_peer_event_fn peer_wait(int dst, int src) const;
+  // wait_event with `peer` = peer_wait(dst, src) already looked up (nullptr when dst == src).
+  void device_wait(int dst, int64_t dst_stream, int src, fl_event_t event, fl_stream_wait_peer_event_fn peer);
   void load_plugins(const std::vector<std::string>& explicit_files);
   void check_index(int index) const;
 

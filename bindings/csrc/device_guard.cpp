@@ -2,13 +2,10 @@
 // device, streams and events, all delegated to the core's per-device StreamRegistry.
 #include "fl_context.h"
 
-#include <plugin_library.h>
-
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <memory>
-
 
 namespace fl::binding {
 namespace {
@@ -103,27 +100,7 @@ class FlGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event == nullptr) return;
     translate_errors("event wait: ", [&] {
       const FlEvent& e = as_event(event);
-      auto& rt = runtime();
-      const c10::DeviceIndex waiter = stream.device_index();
-      if (e.device == waiter) {
-        rt.streams(waiter).wait(stream.id(), e.handle);
-        return;
-      }
-      // fl_abi.h: stream_wait_event takes an event of the same device. Another device of the
-      // same plugin: the plugin's "fl.stream_wait_peer_event" where it offers one; otherwise
-      // (another plugin, or no such extra) the host waits for the event, and work queued on
-      // the stream afterwards follows it.
-      const auto& to = rt.device(waiter);
-      const auto& from = rt.device(e.device);
-      auto peer_wait = to.plugin == from.plugin ? reinterpret_cast<fl_stream_wait_peer_event_fn>(
-                                                      to.plugin->extra(FL_EXTRA_STREAM_WAIT_PEER_EVENT))
-                                                : nullptr;
-      if (peer_wait != nullptr) {
-        to.plugin->check(peer_wait(to.local, rt.streams(waiter).handle(stream.id()), from.local, e.handle),
-                         FL_EXTRA_STREAM_WAIT_PEER_EVENT);
-        return;
-      }
-      rt.streams(e.device).synchronize_event(e.handle);
+      runtime().wait_event(stream.device_index(), stream.id(), e.device, e.handle);
     });
   }
 

@@ -873,26 +873,30 @@ class HeteroDataParallel:
         replica; no flattening, which would need `cat`."""
         if len(active) == 1 and self.replicas[active[0]] is self.module:
             return  # the master alone computed the whole batch: its gradients are the result
-        masters = [p for p in self.module.parameters() if p.requires_grad]
-        ks = [k for k, p in enumerate(self.module.parameters()) if p.requires_grad]
-        totals: list[torch.Tensor | None] = [None] * len(masters)
+        params = list(self.module.parameters())
+        ks = [k for k, p in enumerate(params) if p.requires_grad]
         # The master's own gradients (when it computed a shard) are the sums' start, in place.
-        if self._master_index in active:
-            totals = [p.grad for p in masters]
+        master_ran = self._master_index in active
+        totals: list[torch.Tensor | None] = [params[k].grad if master_ran else None for k in ks]
         for i in active:
             if self.replicas[i] is self.module:
                 continue
-            params = list(self.replicas[i].parameters())
-            grads = [params[k].grad for k in ks]
-            pairs = [(j, g.to(self.reduce_device)) for j, g in enumerate(grads) if g is not None]
-            fresh = [(j, g) for j, g in pairs if totals[j] is None]
-            for j, g in fresh:
-                totals[j] = g
-            adds = [(j, g) for j, g in pairs if totals[j] is not g]
-            if adds:
-                torch._foreach_add_([totals[j] for j, _ in adds], [g for _, g in adds])
-        for p, total in zip(masters, totals):
-            p.grad = total
+            replica_params = list(self.replicas[i].parameters())
+            sums, addends = [], []
+            for j, k in enumerate(ks):
+                g = replica_params[k].grad
+                if g is None:
+                    continue
+                g = g.to(self.reduce_device)
+                if totals[j] is None:
+                    totals[j] = g
+                else:
+                    sums.append(totals[j])
+                    addends.append(g)
+            if sums:
+                torch._foreach_add_(sums, addends)
+        for k, total in zip(ks, totals):
+            params[k].grad = total
 
     # -- calibration
 

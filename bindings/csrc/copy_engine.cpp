@@ -2,6 +2,7 @@
 
 #include "fl_context.h"
 #include "kernel_call.h"
+#include "pinned_allocator.h"
 #include "staging_pool.h"
 
 #include <plugin_library.h>
@@ -116,7 +117,6 @@ at::Tensor host_alias(const at::Tensor& t) {
 }
 
 void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
-  (void)non_blocking;  // copies from pageable host memory complete before returning
   if (dst.numel() == 0) return;
   if (src.sizes() != dst.sizes()) {
     // copy_ broadcasts its source; the paths below copy whole buffers of dst's size.
@@ -144,6 +144,14 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       // torch's OpenMP pool, whose threads then spin beside the plugin's BLAS threads.
       // (A conversion or gather into host-accessible memory is written there directly below.)
       const bool dense_same = src.is_contiguous() && dst.scalar_type() == src.scalar_type();
+      // non_blocking from pinned memory (as in CUDA): the copy stays queued on the stream, and
+      // the pinned block is kept until the stream has read it. Pageable memory is read before
+      // returning, since its owner may free it at once.
+      if (non_blocking && dense_same && dst.is_contiguous() && pinned_allocator().is_pinned(src.const_data_ptr())) {
+        memcpy_on(d, data_of(dst), src.const_data_ptr(), src.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
+        keep_pinned_until_done(src.const_data_ptr(), dst.device().index());
+        return;
+      }
       if (dst.is_contiguous() && (dense_same || !d.dev.props.host_accessible)) {
         at::Tensor staged = src.to(dst.scalar_type()).contiguous();
         memcpy_on(d, data_of(dst), staged.const_data_ptr(), staged.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
@@ -166,6 +174,8 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       const DeviceRef d = device_ref(src.device().index());
       if (src.is_contiguous() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
         memcpy_on(d, dst.data_ptr(), data_of(src), dst.nbytes(), FL_MEMCPY_DEVICE_TO_HOST);
+        // non_blocking into pinned memory (as in CUDA): the caller synchronizes before reading.
+        if (non_blocking && keep_pinned_until_done(dst.data_ptr(), src.device().index())) return;
         d.streams.synchronize(d.streams.current());
         return;
       }
@@ -216,7 +226,18 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     // it and the other device, no staging buffer. host_alias waits for the host-side device's
     // stream (its queued writes of src, or reads of dst); the device half is synchronous.
     if (sdev.props.host_accessible) {
-      copy_between(dst, host_alias(src), false);
+      at::Tensor host = host_alias(src);
+      // non_blocking, dense: through a pinned block (a host memcpy, from the pinned cache), so
+      // that the device half stays queued on dst's stream instead of waiting for it.
+      if (non_blocking && host.is_contiguous() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
+        at::Tensor pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
+        if (pinned_allocator().is_pinned(pinned.const_data_ptr())) {
+          pinned.copy_(host);
+          copy_between(dst, pinned, true);
+          return;
+        }
+      }
+      copy_between(dst, host, false);
       return;
     }
     if (ddev.props.host_accessible) {

@@ -9,7 +9,9 @@
 namespace fl::binding {
 
 // dst.copy_(src) where at least one side is an fl tensor. Sizes must match (broadcast is
-// handled by ATen before _copy_from); dtypes may differ.
+// handled by ATen before _copy_from); dtypes may differ. Returns once the copy is done, except
+// with non_blocking between pinned host memory (pinned_allocator.h) and an fl device, dense
+// and of one dtype: then it stays queued on the device's current stream, as in CUDA.
 void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blocking);
 
 // A CPU tensor with the same sizes/strides/dtype whose memory is the fl tensor's memory

@@ -1,18 +1,15 @@
 // device_allocator.cpp — PyTorch's allocator for fl tensors: a c10::DeviceAllocator over the
-// core's per-device CachingAllocator, on the current stream of the current device. Also the
-// pinned host allocator (see pinning_plugin_ops).
+// core's per-device CachingAllocator, on the current stream of the current device.
 #include "device_allocator.h"
 
 #include "fl_context.h"
+#include "pinned_allocator.h"
 #include "staging_pool.h"
 
 #include <caching_allocator.h>
 #include <plugin_library.h>
 
 #include <array>
-#include <cstdlib>
-#include <map>
-#include <mutex>
 
 namespace fl::binding {
 namespace {
@@ -67,6 +64,7 @@ void FlDeviceAllocator::emptyCache(c10::MempoolId_t) {
   translate_errors("empty_cache: ", [&] {
     for (int i = 0; i < runtime().device_count(); ++i) runtime().allocator(i).empty_cache();
     staging_pool_release();
+    pinned_cache_release();
   });
 }
 
@@ -114,97 +112,6 @@ std::pair<size_t, size_t> FlDeviceAllocator::getMemoryInfo(c10::DeviceIndex devi
 
 FlDeviceAllocator& device_allocator() {
   static FlDeviceAllocator allocator;
-  return allocator;
-}
-
-// ---- pinned host memory ---------------------------------------------------------------
-
-namespace {
-
-// Live pinned blocks (start -> size), so is_pinned() can answer for any pointer inside one.
-struct PinnedBlocks {
-  std::mutex mutex;
-  std::map<uintptr_t, size_t> blocks;
-};
-
-PinnedBlocks& pinned_blocks() {
-  static auto* blocks = new PinnedBlocks();  // outlives tensors freed at interpreter exit
-  return *blocks;
-}
-
-void free_pinned(void* ctx) {
-  auto* p = static_cast<std::pair<void*, const fl_device_ops*>*>(ctx);
-  {
-    auto& reg = pinned_blocks();
-    std::lock_guard lock(reg.mutex);
-    reg.blocks.erase(reinterpret_cast<uintptr_t>(p->first));
-  }
-  if (p->second != nullptr) {
-    p->second->fl_host_free(p->first);
-  } else {
-    std::free(p->first);
-  }
-  delete p;
-}
-
-// The plugin whose host_malloc pins memory for tensor.pin_memory(): the first device whose
-// memory the host cannot dereference (an accelerator, which needs page-locked memory to copy
-// by DMA: cudaMallocHost, hipHostMalloc), else the first device at all; NULL when no plugin
-// offers host_malloc. With the CPU plugin listed first beside the CUDA plugin, pinning must
-// still come from CUDA, or "pinned" batches would be pageable to it.
-const fl_device_ops* pinning_plugin_ops() {
-  const int n = device_count_noexcept();
-  const fl_device_ops* fallback = nullptr;
-  for (int i = 0; i < n; ++i) {
-    const auto& d = runtime().device(i);
-    if (!d.plugin->entry(&fl_device_ops::fl_host_malloc) || !d.plugin->entry(&fl_device_ops::fl_host_free))
-      continue;
-    if (!d.props.host_accessible) return &d.plugin->ops();
-    if (fallback == nullptr) fallback = &d.plugin->ops();
-  }
-  return fallback;
-}
-
-}  // namespace
-
-c10::DataPtr FlPinnedAllocator::allocate(size_t nbytes) {
-  c10::Device cpu(c10::DeviceType::CPU);
-  if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &free_pinned, cpu);
-  const fl_device_ops* ops = pinning_plugin_ops();
-  void* ptr = nullptr;
-  if (ops != nullptr) {
-    if (ops->fl_host_malloc(nbytes, &ptr) != FL_OK) ptr = nullptr;
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "pinned host allocation of ", nbytes, " bytes failed");
-  } else {
-    ptr = std::aligned_alloc(64, (nbytes + 63) / 64 * 64);
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "host allocation of ", nbytes, " bytes failed");
-  }
-  {
-    auto& reg = pinned_blocks();
-    std::lock_guard lock(reg.mutex);
-    reg.blocks[reinterpret_cast<uintptr_t>(ptr)] = nbytes;
-  }
-  return c10::DataPtr(ptr, new std::pair<void*, const fl_device_ops*>(ptr, ops), &free_pinned, cpu);
-}
-
-c10::DeleterFnPtr FlPinnedAllocator::raw_deleter() const { return nullptr; }
-
-void FlPinnedAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
-  std::memcpy(dest, src, count);
-}
-
-bool FlPinnedAllocator::is_pinned(const void* ptr) const {
-  const auto p = reinterpret_cast<uintptr_t>(ptr);
-  auto& reg = pinned_blocks();
-  std::lock_guard lock(reg.mutex);
-  auto it = reg.blocks.upper_bound(p);
-  if (it == reg.blocks.begin()) return false;
-  --it;
-  return p < it->first + it->second;
-}
-
-FlPinnedAllocator& pinned_allocator() {
-  static FlPinnedAllocator allocator;
   return allocator;
 }
 

@@ -1,4 +1,5 @@
-// device_allocator.h — the allocators registered with PyTorch for fl.
+// device_allocator.h — the allocator registered with PyTorch for fl tensors (the pinned host
+// allocator is in pinned_allocator.h).
 #pragma once
 
 #include <c10/core/Allocator.h>
@@ -22,16 +23,6 @@ class FlDeviceAllocator final : public c10::DeviceAllocator {
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
 };
 
-// Host memory for fast copies (`pin_memory()`); page-locked when the plugin offers it.
-class FlPinnedAllocator final : public c10::Allocator {
- public:
-  c10::DataPtr allocate(size_t nbytes) override;
-  c10::DeleterFnPtr raw_deleter() const override;
-  void copy_data(void* dest, const void* src, std::size_t count) const override;
-  bool is_pinned(const void* ptr) const;
-};
-
 FlDeviceAllocator& device_allocator();
-FlPinnedAllocator& pinned_allocator();
 
 }  // namespace fl::binding

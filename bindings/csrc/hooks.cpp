@@ -1,6 +1,7 @@
 // hooks.cpp — at::PrivateUse1HooksInterface for fl: availability, current device, pinned
 // memory, generators, storage resize.
 #include "device_allocator.h"
+#include "pinned_allocator.h"
 #include "fl_context.h"
 #include "generator.h"
 

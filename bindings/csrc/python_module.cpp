@@ -1,5 +1,6 @@
 // python_module.cpp — torch_fl._C: what the Python package needs from the runtime.
 #include "device_allocator.h"
+#include "pinned_allocator.h"
 #include "device_timer.h"
 #include "fl_context.h"
 #include "generator.h"
@@ -214,6 +215,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("flush_device_times", &flush_device_times, py::call_guard<py::gil_scoped_release>());
   // Bytes of host staging buffers kept for copies between plugins (copy_engine.cpp).
   m.def("staging_cached_bytes", &staging_pool_cached_bytes);
+  // Bytes of freed pinned host blocks kept for reuse (pinned_allocator.cpp).
+  m.def("pinned_cached_bytes", &pinned_cached_bytes);
   m.def("output_meta_cache_size", &output_meta_cache_size);
   m.def("config", &config_dict);
   m.def("default_generator", [](int d) {

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+import torch_fl
 from conftest import BUILD, assert_same, run_python
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
@@ -118,6 +119,70 @@ def test_pinned_memory_to_fl_non_blocking():
     assert not cpu.is_pinned()
 
 
+def _queue_busy_work(device: str = "fl:0") -> None:
+    """Queues about half a second of matrix products on the device's current stream (the CPU
+    plugin runs them on its stream thread), so that a copy queued next is still pending when
+    the test looks at it."""
+    a = torch.full((1536, 1536), 1e-3, device=device)
+    b = a
+    for _ in range(4):
+        b = b @ a
+
+
+def test_non_blocking_copy_from_pinned_memory_stays_queued():
+    src = torch.arange(1 << 16, dtype=torch.float32).pin_memory()
+    _queue_busy_work()
+    out = src.to("fl:0", non_blocking=True)
+    assert not torch.fl.current_stream(0).query()  # queued behind the products, not waited for
+    torch.fl.synchronize(0)
+    assert_same(out, torch.arange(1 << 16, dtype=torch.float32), exact=True)
+
+
+def test_non_blocking_copy_into_pinned_memory_stays_queued():
+    out = torch.arange(1 << 16, dtype=torch.float32).to("fl:0")
+    back = torch.empty(1 << 16).pin_memory()
+    _queue_busy_work()
+    back.copy_(out, non_blocking=True)
+    assert not torch.fl.current_stream(0).query()
+    torch.fl.synchronize(0)
+    assert_same(back, torch.arange(1 << 16, dtype=torch.float32), exact=True)
+    # As with CUDA, .to("cpu", non_blocking=True) returns pinned memory for such a copy.
+    assert out.to("cpu", non_blocking=True).is_pinned()
+    torch.fl.synchronize(0)
+
+
+def test_non_blocking_copy_from_pageable_memory_is_done_on_return():
+    src = torch.arange(1 << 16, dtype=torch.float32)
+    _queue_busy_work()
+    out = src.to("fl:0", non_blocking=True)
+    assert torch.fl.current_stream(0).query()  # the pageable source may be freed right after
+    assert_same(out, src, exact=True)
+
+
+def test_pinned_block_is_not_reused_before_its_copy_ran():
+    torch.fl.empty_cache()
+    n = 1 << 18  # 1 MiB of float32: a power of two, so the cached block is exactly this size
+    src = torch.full((n,), 7.0).pin_memory()
+    first = src.data_ptr()
+    _queue_busy_work()
+    out = src.to("fl:0", non_blocking=True)
+    del src  # freed while the copy waits: the block goes to the cache, marked busy
+    assert torch_fl._C.pinned_cached_bytes() == 4 * n
+    other = torch.full((n,), -1.0).pin_memory()  # must not get the busy block
+    second = other.data_ptr()
+    assert second != first
+    torch.fl.synchronize(0)
+    assert_same(out, torch.full((n,), 7.0), exact=True)
+    del other
+    assert torch_fl._C.pinned_cached_bytes() == 8 * n
+    again = torch.empty(n).pin_memory()  # both blocks are free now: one is reused
+    assert again.data_ptr() in (first, second)
+    assert torch_fl._C.pinned_cached_bytes() == 4 * n
+    del again
+    torch.fl.empty_cache()
+    assert torch_fl._C.pinned_cached_bytes() == 0
+
+
 def test_empty_and_scalar_copies():
     e = torch.empty(0, 3).to("fl")
     assert e.shape == (0, 3) and e.device.type == "fl"
@@ -170,7 +235,10 @@ for src, dst in ((a, b), (b, a)):
     big_src = big.to(src)
     results[f"{src}->{dst} 3 MB"] = same(big_src.to(dst), big)
     results[f"{src}->{dst} 3 MB again, negated"] = same((-big_src).to(dst), -big)
+    # non_blocking, read back on dst's stream (ordered behind the queued copy).
+    results[f"{src}->{dst} 3 MB non_blocking"] = same((big_src + 1).to(dst, non_blocking=True), big + 1)
 results["staging_cached_bytes"] = torch_fl._C.staging_cached_bytes()
+results["pinned_cached_bytes"] = torch_fl._C.pinned_cached_bytes()
 print(json.dumps(results))
 """
 
@@ -198,4 +266,8 @@ def test_copies_between_two_plugins(tmp_path, cpu_host_accessible, template_host
     # the second reusing the first's).
     staged = results.pop("staging_cached_bytes")
     assert staged == (0 if "1" in (cpu_host_accessible, template_host_accessible) else 2 * (5 << 20)), staged
+    # A non_blocking copy from a host-accessible device goes through a pinned block (4 MiB for
+    # 3 MB), back in the pinned cache once the copy ran; the second direction reuses it.
+    pinned = results.pop("pinned_cached_bytes")
+    assert pinned == (4 << 20 if "1" in (cpu_host_accessible, template_host_accessible) else 0), pinned
     assert results and all(results.values()), results

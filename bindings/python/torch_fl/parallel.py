@@ -164,6 +164,24 @@ def synchronize_device(device: torch.device) -> None:
         module.synchronize(device)
 
 
+def _times_with_events(device: torch.device) -> bool:
+    """True when `device` is an fl device whose plugin times events (a pair of timing events
+    recorded and measured once), so that a shard's device time can be read afterwards
+    instead of waiting for the device right after queueing it."""
+    if device.type != "fl":
+        return False
+    try:
+        stream = torch.fl.current_stream(device.index)
+        begin, end = torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
+        begin.record(stream)
+        end.record(stream)
+        end.synchronize()
+        begin.elapsed_time(end)
+        return True
+    except RuntimeError:
+        return False
+
+
 @contextlib.contextmanager
 def _current_stream(stream: torch.Stream | None):
     """Makes `stream` its device's current stream in this thread for the block (None: no
@@ -518,8 +536,11 @@ def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
 
 
 def _to(value: Any, device: torch.device) -> Any:
+    """`value` on `device`; a tensor in pinned host memory is copied without waiting (queued on
+    the device's current stream, as DataLoader(pin_memory=True) batches are moved with CUDA),
+    one in pageable memory is read before returning."""
     if isinstance(value, torch.Tensor):
-        return value.to(device)
+        return value.to(device, non_blocking=True)
     if isinstance(value, (tuple, list)):
         return type(value)(_to(v, device) for v in value)
     if isinstance(value, dict):
@@ -581,8 +602,10 @@ class HeteroDataParallel:
         timeline: set it to a list to record, per step of more than one device, where the
             step's time went, in seconds from the step's start: per device "dispatched" (its
             pull, copy, forward and backward queued) and "synced" (its device finished);
-            then "joined" (every shard done), "reduced" (gradients summed), "optimizer" (the
-            step queued) and "total" (loss read back). `step_timeline_summary(timeline)`
+            then "joined" (every shard waited for is done), "reduced" (gradients summed, or
+            their sums queued), "optimizer" (the step queued) and "total" (loss read back).
+            The master's shard is not waited for when its device times events: its "synced"
+            is its start plus its device time, and may come after "joined". `step_timeline_summary(timeline)`
             averages them per split.
     """
 
@@ -733,6 +756,24 @@ class HeteroDataParallel:
                 self._marks[index] = {"dispatched": dispatched, "synced": end}
             return loss, end - start
 
+    def _queue_timed_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
+                           weight: float) -> tuple[torch.Tensor, tuple[torch.Event, torch.Event, float]]:
+        """The master's shard in a step of several devices, queued from the step's own thread
+        without waiting for the device, so that the reduction and the optimizer step queue
+        behind its backward as in a plain loop; returns (loss, (begin, end, when)): two timing
+        events around the shard, read once the step has synchronized, and the host's
+        perf_counter when `begin` was recorded."""
+        device = self.devices[index]
+        stream = torch.fl.current_stream(device.index)
+        begin, end = torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
+        when = time.perf_counter()
+        begin.record(stream)
+        loss = self._queue_shard(index, inputs, targets, loss_fn, weight)
+        end.record(stream)
+        if self.timeline is not None:
+            self._marks[index] = {"dispatched": time.perf_counter()}
+        return loss, (begin, end, when)
+
     def _shard_sizes(self, batch_size: int) -> list[int]:
         if self.fixed_split is not None:
             total = float(sum(self.fixed_split))
@@ -797,6 +838,7 @@ class HeteroDataParallel:
         start = time.perf_counter()
         # The step runs with the master's device current, as a plain loop on it would: the
         # optimizer's operators and the loss read-back then need no device switch each.
+        timed = None
         with device_context(self.reduce_device):
             if len(active) == 1 and self.replicas[active[0]] is self.module:
                 # The master alone: run it on this thread and do not wait for the device before
@@ -807,13 +849,23 @@ class HeteroDataParallel:
                 if self._side_pulls and any(i in self._stale for i in active):
                     self._prepare_side_pulls()
                 weights = {i: sizes[i] / batch for i in active}
+                parts = {i: (x, y) for i, x, y in zip(active, in_parts, tgt_parts)}
+                # The master's shard is queued from this thread and not waited for (its time
+                # comes from events), when its device can time them; the others run in the
+                # pool, each waiting for its device.
+                timed = self._master_index if self._master_times_with_events and self._master_index in parts else None
                 futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i])
-                           for i, x, y in zip(active, in_parts, tgt_parts)}
-                # Every shard ends (also when one raised) before the snapshot is dropped and the
-                # caller sees an error: no thread of this step outlives it.
-                concurrent.futures.wait(futures.values())
-                self._side_pulls_ready = False  # the snapshot is this step's only
-                results = {i: f.result() for i, f in futures.items()}
+                           for i, (x, y) in parts.items() if i != timed}
+                results = {}
+                try:
+                    if timed is not None:
+                        results[timed] = self._queue_timed_shard(timed, *parts[timed], loss_fn, weights[timed])
+                finally:
+                    # Every shard ends (also when one raised) before the snapshot is dropped and
+                    # the caller sees an error: no thread of this step outlives it.
+                    concurrent.futures.wait(futures.values())
+                    self._side_pulls_ready = False  # the snapshot is this step's only
+                results.update({i: f.result() for i, f in futures.items()})
                 joined = time.perf_counter()
                 self._reduce_gradients(active)
                 reduced = time.perf_counter()
@@ -836,6 +888,13 @@ class HeteroDataParallel:
             if self._master_index not in results:
                 synchronize_device(self.reduce_device)
         step_seconds = time.perf_counter() - start
+        if timed is not None:  # the loss read-back waited for its end event
+            begin, end, when = results[timed][1]
+            device_seconds = begin.elapsed_time(end) / 1e3
+            # Seconds from the shard's start until its device finished, as the waited shards'.
+            results[timed] = (results[timed][0], when - start + device_seconds)
+            if self.timeline is not None:  # not before its last operator was queued
+                self._marks[timed]["synced"] = max(self._marks[timed]["dispatched"], when + device_seconds)
         if self.timeline is not None and len(active) > 1:
             self.timeline.append({
                 "shards": list(sizes), "total": step_seconds, "joined": joined - start,
@@ -878,6 +937,7 @@ class HeteroDataParallel:
         # The master's own gradients (when it computed a shard) are the sums' start, in place.
         master_ran = self._master_index in active
         totals: list[torch.Tensor | None] = [params[k].grad if master_ran else None for k in ks]
+        queued = self.reduce_device.type != "cpu"
         for i in active:
             if self.replicas[i] is self.module:
                 continue
@@ -887,7 +947,10 @@ class HeteroDataParallel:
                 g = replica_params[k].grad
                 if g is None:
                     continue
-                g = g.to(self.reduce_device)
+                # Onto an accelerator, queued on the master's stream behind its backward (a
+                # pinned block carries it from a host-memory device): the host does not wait
+                # for the master here. Onto the host it must have landed before the sums.
+                g = g.to(self.reduce_device, non_blocking=queued)
                 if totals[j] is None:
                     totals[j] = g
                 else:
@@ -974,6 +1037,7 @@ class HeteroDataParallel:
         # forward that the master's thread queues at the same time. An fl master only; the
         # event and streams of a previous master device are dropped.
         self._side_pulls = plugin is not None and bool(self._non_master)
+        self._master_times_with_events = _times_with_events(self.reduce_device)
         self._weights_ready: torch.Event | None = None
         self._pull_streams: dict[int, torch.Stream] = {}
         # The master's buffers as the last step left them (the master's forward updates its

@@ -164,6 +164,11 @@ def synchronize_device(device: torch.device) -> None:
         module.synchronize(device)
 
 
+def _loss_value(loss: torch.Tensor | float) -> float:
+    """A shard's loss as a float: already one when its thread read it, else read back now."""
+    return loss if isinstance(loss, float) else float(loss.cpu())
+
+
 def _times_with_events(device: torch.device) -> bool:
     """True when `device` is an fl device whose plugin times events (a pair of timing events
     recorded and measured once), so that a shard's device time can be read afterwards
@@ -644,6 +649,8 @@ class HeteroDataParallel:
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
         self.timeline: list[dict] | None = None
         self._marks: dict[int, dict[str, float]] = {}  # this step's per-device marks (timeline)
+        self._trainable: list[int] = []  # this step's trainable parameter indices
+        self._shipped: dict[int, list[torch.Tensor | None]] = {}  # replica -> its gradients on the master
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -740,9 +747,13 @@ class HeteroDataParallel:
         return loss.detach()
 
     def _run_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
-                   wait: bool = True, weight: float = 1.0) -> tuple[torch.Tensor, float | None]:
+                   wait: bool = True, weight: float = 1.0,
+                   ship_on: torch.Stream | None = None) -> tuple[torch.Tensor | float, float | None]:
         """Forward and backward of one shard on device `index`; returns (loss, seconds until
-        the device finished, or None when not `wait`ing for it)."""
+        the device finished, or None when not `wait`ing for it). With `ship_on` (the stream of
+        the reduction device that the step's thread reduces on), a waited shard then sends its
+        gradients there itself (_ship_gradients) and returns its loss as a float, so that the
+        step's thread finds both ready when it joins."""
         device = self.devices[index]
         with device_context(device):
             start = time.perf_counter()
@@ -754,7 +765,21 @@ class HeteroDataParallel:
             end = time.perf_counter()
             if self.timeline is not None:
                 self._marks[index] = {"dispatched": dispatched, "synced": end}
+            if ship_on is not None:
+                self._shipped[index] = self._ship_gradients(index, ship_on)
+                return float(loss), end - start
             return loss, end - start
+
+    @torch.no_grad()
+    def _ship_gradients(self, index: int, stream: torch.Stream) -> list[torch.Tensor | None]:
+        """Replica `index`'s gradients (of the master's trainable parameters, in order) copied
+        to the fl reduction device on its `stream`, from the replica's own thread once its
+        device is done. The copies stay queued there (a pinned block carries them from a
+        host-memory device), so the step's thread only adds them up, on that stream."""
+        params = list(self.replicas[index].parameters())
+        grads = [params[k].grad for k in self._trainable]
+        with _current_stream(stream):
+            return [None if g is None else g.to(self.reduce_device, non_blocking=True) for g in grads]
 
     def _queue_timed_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
                            weight: float) -> tuple[torch.Tensor, tuple[torch.Event, torch.Event, float]]:
@@ -854,7 +879,13 @@ class HeteroDataParallel:
                 # comes from events), when its device can time them; the others run in the
                 # pool, each waiting for its device.
                 timed = self._master_index if self._master_times_with_events and self._master_index in parts else None
-                futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i])
+                # Replicas send their gradients from their own threads onto the stream this
+                # thread reduces on (an fl master; others are reduced here as before).
+                ship_on = torch.fl.current_stream(self.reduce_device.index) if self.reduce_device.type == "fl" else None
+                self._trainable = [k for k, p in enumerate(self.module.parameters()) if p.requires_grad]
+                self._shipped = {}
+                futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i],
+                                                ship_on if self.replicas[i] is not self.module else None)
                            for i, (x, y) in parts.items() if i != timed}
                 results = {}
                 try:
@@ -884,7 +915,7 @@ class HeteroDataParallel:
             # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
             # Reading the master's loss back also waits for the optimizer step queued behind
             # it on the same stream; when the master computed nothing, wait for the step.
-            loss = sum(float(results[i][0].cpu()) * (sizes[i] / batch) for i in active)
+            loss = sum(_loss_value(results[i][0]) * (sizes[i] / batch) for i in active)
             if self._master_index not in results:
                 synchronize_device(self.reduce_device)
         step_seconds = time.perf_counter() - start
@@ -941,16 +972,15 @@ class HeteroDataParallel:
         for i in active:
             if self.replicas[i] is self.module:
                 continue
-            replica_params = list(self.replicas[i].parameters())
+            shipped = self._shipped.get(i)
+            if shipped is None:
+                replica_params = list(self.replicas[i].parameters())
+                shipped = [replica_params[k].grad for k in ks]
+                shipped = [None if g is None else g.to(self.reduce_device, non_blocking=queued) for g in shipped]
             sums, addends = [], []
-            for j, k in enumerate(ks):
-                g = replica_params[k].grad
+            for j, g in enumerate(shipped):
                 if g is None:
                     continue
-                # Onto an accelerator, queued on the master's stream behind its backward (a
-                # pinned block carries it from a host-memory device): the host does not wait
-                # for the master here. Onto the host it must have landed before the sums.
-                g = g.to(self.reduce_device, non_blocking=queued)
                 if totals[j] is None:
                     totals[j] = g
                 else:
@@ -958,6 +988,7 @@ class HeteroDataParallel:
                     addends.append(g)
             if sums:
                 torch._foreach_add_(sums, addends)
+        self._shipped = {}
         for k, total in zip(ks, totals):
             params[k].grad = total
 

@@ -9,6 +9,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
+
 namespace fl::binding {
 namespace {
 
@@ -228,11 +230,13 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     if (sdev.props.host_accessible) {
       at::Tensor host = host_alias(src);
       // non_blocking, dense: through a pinned block (a host memcpy, from the pinned cache), so
-      // that the device half stays queued on dst's stream instead of waiting for it.
+      // that the device half stays queued on dst's stream instead of waiting for it. A plain
+      // memcpy on this thread: ATen's CPU copy would wake torch's OpenMP pool, whose threads
+      // then wait for cores beside the plugin's BLAS threads.
       if (non_blocking && host.is_contiguous() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
         at::Tensor pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
         if (pinned_allocator().is_pinned(pinned.const_data_ptr())) {
-          pinned.copy_(host);
+          std::memcpy(pinned.data_ptr(), host.const_data_ptr(), host.nbytes());
           copy_between(dst, pinned, true);
           return;
         }

@@ -262,6 +262,30 @@ def test_hetero_equals_single_device_big_batch(dtype, atol, split):
         hdp.close()
 
 
+@pytest.mark.parametrize("master_timed", [True, False], ids=["master_timed_by_events", "master_waited"])
+def test_split_steps_on_a_stream_of_its_own_equal_the_big_batch(master_timed):
+    """The step's thread may run on a stream of its own on the master's device: the master's
+    shard, the gradients the other replica's thread sends, and their sums all queue on it. The
+    master's shard is either timed by events (not waited for) or, on a plugin that cannot time
+    events, waited for like the others; both give the big-batch result and a time per device."""
+    xs, ys = _data(torch.float64, steps=4, batch=40)
+    expected = _single_device_run(torch.float64, xs, ys)
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, split=[1, 1], debug=True)
+    assert hdp.reduce_device == torch.device("fl:0") and hdp._master_times_with_events  # the CPU plugin times
+    hdp._master_times_with_events = master_timed
+    try:
+        with torch.fl.stream(torch.Stream(device="fl:0")):
+            for x, y in zip(xs, ys):
+                hdp.train_step(x, y, F.cross_entropy)
+            assert torch.fl.current_stream(0).stream_id != 0
+        assert hdp.last_shards == [20, 20]
+        assert all(s is not None and s > 0 for s in hdp.last_device_seconds)
+        for g, e in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
 def test_calibration_makes_the_fastest_device_the_reduction_device(monkeypatch):
     xs, ys = _data(torch.float64, steps=4, batch=32)
     expected = _single_device_run(torch.float64, xs, ys)

@@ -4,11 +4,13 @@
 #include "device_state.hpp"
 
 #include "gpu_check.hpp"
+#include "pageable_upload.hpp"
 #include "plugin_state.hpp"
 
 #include <plugin_support.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,8 +44,24 @@ std::string format_uuid(const unsigned char* b) {
   return text;
 }
 
+int parse_copy_threads(const std::string& value, const std::string& where) {
+  try {
+    size_t used = 0;
+    const int n = std::stoi(value, &used, 10);
+    if (used == value.size()) return n;
+  } catch (const std::exception&) {
+  }
+  plugin::raise(FL_ERR_INVALID_ARGUMENT, where + value + " is not an integer");
+}
+
 // Parses "key=value;key=value". Unknown keys are logged and ignored.
+//   seed=N          the dropout RNG's seed
+//   copy_threads=N  host threads that stage large copies from pageable memory (default 4, or
+//                   FL_CUDA_COPY_THREADS; 0: the driver stages them, with one thread)
 void apply_options(const std::string& options, PluginState& s) {
+  int copy_threads = 4;
+  if (const char* env = std::getenv("FL_CUDA_COPY_THREADS"); env != nullptr && *env != '\0')
+    copy_threads = parse_copy_threads(env, "FL_CUDA_COPY_THREADS=");
   size_t start = 0;
   while (start <= options.size()) {
     size_t end = options.find(';', start);
@@ -60,10 +78,13 @@ void apply_options(const std::string& options, PluginState& s) {
       } catch (const std::exception&) {
         plugin::raise(FL_ERR_INVALID_ARGUMENT, "option seed=" + value + " is not an integer");
       }
+    } else if (key == "copy_threads") {
+      copy_threads = parse_copy_threads(value, "option copy_threads=");
     } else {
       log_message(FL_LOG_WARN, "cuda plugin: ignoring unknown option '" + key + "'");
     }
   }
+  configure_pageable_uploads(copy_threads);
 }
 
 }  // namespace

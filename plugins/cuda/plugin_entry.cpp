@@ -8,6 +8,7 @@
 #include "gpu_check.hpp"
 #include "kernels.hpp"
 #include "native_extras.hpp"
+#include "pageable_upload.hpp"
 #include "plugin_state.hpp"
 
 #include <fl_abi.h>
@@ -44,6 +45,7 @@ fl_status_t plugin_init(const fl_host_services* host, const char* options) {
 
 void plugin_shutdown() {
   (void)guard([&] {
+    shutdown_pageable_uploads();
     shutdown_conv();
     shutdown_blas();
     shutdown_plugin_state();
@@ -185,8 +187,9 @@ fl_status_t plugin_memset_async(int32_t device, void* ptr, int32_t value, size_t
 }
 
 // cudaMemcpyDefault lets the runtime read the direction off the pointers (unified addressing),
-// which also covers copies between peers. Copies from pageable host memory are staged by the
-// runtime and may return only when the source has been read.
+// which also covers copies between peers. Copies from pageable host memory return only when
+// the source has been read: large ones into this device are staged by the plugin's own
+// threads (pageable_upload.hpp), the rest by the runtime.
 fl_status_t plugin_memcpy_async(int32_t device, void* dst, const void* src, size_t size,
                                 fl_memcpy_kind_t kind, fl_stream_t stream) {
   return guard([&] {
@@ -195,6 +198,10 @@ fl_status_t plugin_memcpy_async(int32_t device, void* dst, const void* src, size
     if (kind < FL_MEMCPY_HOST_TO_DEVICE || kind > FL_MEMCPY_HOST_TO_HOST)
       raise(FL_ERR_INVALID_ARGUMENT, "fl_memcpy_async: bad kind " + std::to_string(kind));
     activate_device(device);
+    if (kind == FL_MEMCPY_HOST_TO_DEVICE && stages_upload(device, dst, src, size)) {
+      upload_pageable(device, dst, src, size, resolve_stream(device, stream));
+      return;
+    }
     check_gpu(gpuMemcpyAsync(dst, src, size, gpuMemcpyDefault, resolve_stream(device, stream)),
               "cudaMemcpyAsync");
   });

@@ -63,7 +63,7 @@ TEST_CASE("the stub passes every check when its failing kernel is switched off")
   CHECK(run.report["plugin"]["abi_major"] == FL_ABI_MAJOR_EXPECTED);
   CHECK(run.report["plugin"]["build_id"].get<std::string>().size() == 40);
   for (const char* name : {"exported symbols", "negotiation", "init", "device properties", "memory", "copies",
-                           "memset", "stream ordering", "events", "error paths", "leaks", "fl extras", "kernel aten::add.out",
+                           "large copies", "memset", "stream ordering", "events", "error paths", "leaks", "fl extras", "kernel aten::add.out",
                            "kernel aten::neg.out"})
     CHECK(run.check(name)["status"] == "pass");
   // The stub declines broadcasting with FL_ERR_NOT_SUPPORTED, which the ABI allows.

@@ -73,7 +73,7 @@ TEST_CASE("the template plugin passes every fl-plugin-check check, its two kerne
   CHECK(run.report["summary"]["skipped"] == 0);
   CHECK(run.report["plugin"]["name"] == "template");
   for (const char* name : {"exported symbols", "negotiation", "init", "kernel table", "device properties", "memory",
-                           "copies", "memset", "stream ordering", "events", "error paths", "leaks",
+                           "copies", "large copies", "memset", "stream ordering", "events", "error paths", "leaks",
                            "kernel aten::add.out", "kernel aten::mul.out"})
     CHECK(run.check(name)["status"] == "pass");
 }

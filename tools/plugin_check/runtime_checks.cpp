@@ -165,6 +165,39 @@ Status check_copies(const PluginLibrary& p, std::string& message) {
   return Status::Pass;
 }
 
+// Copies large enough that a GPU plugin may stage them itself, in chunks through pinned
+// buffers of its own (the CUDA plugin does, from pageable memory): 40 MiB + 13 bytes at odd
+// offsets on both sides, two uploads queued back to back (the second may reuse the staging
+// buffers while the first's last chunks are in flight), on the default and a created stream.
+Status check_large_copies(const PluginLibrary& p, std::string& message) {
+  const size_t n = (size_t{40} << 20) + 13;
+  if (8 * n > p.devices()[kDevice].total_memory) {
+    message = "device memory under 8 x 40 MiB";
+    return Status::Skip;
+  }
+  OwnedStream created(p, kDevice);
+  std::string problems;
+  for (fl_stream_t s : {fl_stream_t{nullptr}, created.stream}) {
+    const std::string on = s == nullptr ? " (default stream)" : " (created stream)";
+    Block a(p, n + 5), b(p, n + 5);
+    const auto first = pattern(n + 7, 3), second = pattern(n + 7, 4);
+    p.check(p.ops().fl_memcpy_async(kDevice, static_cast<char*>(a.ptr) + 5, first.data() + 7, n,
+                                    FL_MEMCPY_HOST_TO_DEVICE, s), "fl_memcpy_async(H2D, 40 MiB)");
+    p.check(p.ops().fl_memcpy_async(kDevice, static_cast<char*>(b.ptr) + 5, second.data() + 7, n,
+                                    FL_MEMCPY_HOST_TO_DEVICE, s), "fl_memcpy_async(H2D, 40 MiB)");
+    const auto got_first = download(p, static_cast<char*>(a.ptr) + 5, n, s);
+    const auto got_second = download(p, static_cast<char*>(b.ptr) + 5, n, s);
+    if (!std::equal(got_first.begin(), got_first.end(), first.begin() + 7)) problems += "first upload mismatch" + on + "; ";
+    if (!std::equal(got_second.begin(), got_second.end(), second.begin() + 7)) problems += "second upload mismatch" + on + "; ";
+  }
+  if (!problems.empty()) {
+    message = problems;
+    return Status::Fail;
+  }
+  message = "two H2D copies of " + std::to_string(n) + " bytes at odd offsets, back to back, verified on the default and a created stream";
+  return Status::Pass;
+}
+
 Status check_memset(const PluginLibrary& p, std::string& message) {
   const size_t n = 1000;
   Block a(p, n);
@@ -421,7 +454,7 @@ Status check_extras(const PluginLibrary& p, std::string& message) {
 }  // namespace
 
 const std::vector<std::string>& device_check_names() {
-  static const std::vector<std::string> names = {"device properties", "memory", "copies", "memset",
+  static const std::vector<std::string> names = {"device properties", "memory", "copies", "large copies", "memset",
                                                   "stream ordering", "events", "error paths", "leaks",
                                                   "fl extras"};
   return names;
@@ -429,7 +462,7 @@ const std::vector<std::string>& device_check_names() {
 
 void run_device_checks(const PluginLibrary& plugin, Report& report) {
   using Body = Status (*)(const PluginLibrary&, std::string&);
-  const Body bodies[] = {check_properties, check_memory, check_copies, check_memset,
+  const Body bodies[] = {check_properties, check_memory, check_copies, check_large_copies, check_memset,
                          check_stream_ordering, check_events, check_error_paths, check_leaks, check_extras};
   for (size_t k = 0; k < device_check_names().size(); ++k)
     report.run(device_check_names()[k], [&](std::string& message) { return bodies[k](plugin, message); });

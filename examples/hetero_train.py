@@ -15,7 +15,8 @@ batch from host memory, so a CPU device computing on its share of the rows adds 
 It prints which plugin drives each device, then per epoch the shard sizes the balancer chose,
 the loss and the samples/s of the pair, then the samples/s of each device alone (a plain
 training loop of the same model, timed in windows of one epoch's steps between the pair's
-epochs, so that a drift of the machine hits both alike), and finally the test accuracy and
+epochs, so that a drift of the machine hits both alike; every window and epoch starts after a
+0.3 s pause, so that no device's spinning threads slow the next), and finally the test accuracy and
 the issue's two targets: pair ≥ the fastest device alone, and pair ≥ 0.9 × the sum of the
 devices alone (the pair counted over every epoch after the calibration epoch, probes
 included).
@@ -49,6 +50,13 @@ def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int):
         yield x[i:i + batch_size], y[i:i + batch_size]
 
 
+def settle() -> None:
+    """Pauses before a timed window, so that the threads of whatever ran last are asleep: after
+    its last GEMM OpenBLAS spins its threads for about 0.1 s, which would slow the copy threads
+    of the device timed next."""
+    time.sleep(0.3)
+
+
 class AloneLoop:
     """The same training as a plain loop on one device (batch from the host with
     non_blocking=True, as one writes it for pinned batches on CUDA, forward, backward,
@@ -78,6 +86,7 @@ class AloneLoop:
         return len(xb)
 
     def window(self, steps: int) -> None:
+        settle()
         with device_context(self.dev):
             start = time.perf_counter()
             samples = sum(self._step() for _ in range(steps))
@@ -135,6 +144,7 @@ def main() -> None:
     pair_samples, pair_seconds = 0, 0.0
     for epoch in range(args.epochs):
         losses, shards, samples = [], {}, 0
+        settle()
         start = time.perf_counter()
         for xb, yb in batches(xtr, ytr, args.batch_size):
             losses.append(hdp.train_step(xb, yb, F.cross_entropy))

@@ -36,6 +36,24 @@ void memcpy_on(const DeviceRef& d, void* dst, const void* src, size_t bytes, fl_
                       "memcpy");
 }
 
+// After an asynchronous copy between `pinned` host memory and device `d` was queued: keeps the
+// pinned block until the stream has run the copy. False (the caller then waits for the copy)
+// when the memory is not a live pinned block; when recording fails, waits and rethrows, so no
+// block is left unprotected under a queued copy.
+bool keep_until_copied(const DeviceRef& d, const void* pinned, c10::DeviceIndex device) {
+  try {
+    return keep_pinned_until_done(pinned, device);
+  } catch (...) {
+    d.streams.synchronize(d.streams.current());
+    throw;
+  }
+}
+
+// The largest copy from a host-memory device to another plugin's device that goes through a
+// pinned block when non_blocking (larger ones wait, as without non_blocking): the pinned cache
+// keeps what it hands out, so this bounds what such copies can leave pinned per copy.
+constexpr size_t kMaxPinnedStagingBytes = size_t{64} << 20;
+
 // Same-device copy through the plugin's `aten::copy.out` kernel, called directly (going
 // through the dispatcher would reach ATen's composite copy_out and come back here). False when
 // the plugin has no such kernel or it cannot take these layouts.
@@ -151,7 +169,7 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       // returning, since its owner may free it at once.
       if (non_blocking && dense_same && dst.is_contiguous() && pinned_allocator().is_pinned(src.const_data_ptr())) {
         memcpy_on(d, data_of(dst), src.const_data_ptr(), src.nbytes(), FL_MEMCPY_HOST_TO_DEVICE);
-        keep_pinned_until_done(src.const_data_ptr(), dst.device().index());
+        if (!keep_until_copied(d, src.const_data_ptr(), dst.device().index())) d.streams.synchronize(d.streams.current());
         return;
       }
       if (dst.is_contiguous() && (dense_same || !d.dev.props.host_accessible)) {
@@ -177,7 +195,7 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
       if (src.is_contiguous() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
         memcpy_on(d, dst.data_ptr(), data_of(src), dst.nbytes(), FL_MEMCPY_DEVICE_TO_HOST);
         // non_blocking into pinned memory (as in CUDA): the caller synchronizes before reading.
-        if (non_blocking && keep_pinned_until_done(dst.data_ptr(), src.device().index())) return;
+        if (non_blocking && keep_until_copied(d, dst.data_ptr(), src.device().index())) return;
         d.streams.synchronize(d.streams.current());
         return;
       }
@@ -229,11 +247,13 @@ void copy_between(const at::Tensor& dst, const at::Tensor& src, bool non_blockin
     // stream (its queued writes of src, or reads of dst); the device half is synchronous.
     if (sdev.props.host_accessible) {
       at::Tensor host = host_alias(src);
-      // non_blocking, dense: through a pinned block (a host memcpy, from the pinned cache), so
-      // that the device half stays queued on dst's stream instead of waiting for it. A plain
+      // non_blocking, dense, into device memory: through a pinned block (a host memcpy, from
+      // the pinned cache), so that the device half stays queued on dst's stream instead of
+      // waiting for it (into host memory the direct copy below needs no block). A plain
       // memcpy on this thread: ATen's CPU copy would wake torch's OpenMP pool, whose threads
       // then wait for cores beside the plugin's BLAS threads.
-      if (non_blocking && host.is_contiguous() && dst.is_contiguous() && dst.scalar_type() == src.scalar_type()) {
+      if (non_blocking && !ddev.props.host_accessible && host.is_contiguous() && dst.is_contiguous() &&
+          dst.scalar_type() == src.scalar_type() && host.nbytes() <= kMaxPinnedStagingBytes) {
         at::Tensor pinned = at::empty(host.sizes(), host.options().pinned_memory(true));
         if (pinned_allocator().is_pinned(pinned.const_data_ptr())) {
           std::memcpy(pinned.data_ptr(), host.const_data_ptr(), host.nbytes());

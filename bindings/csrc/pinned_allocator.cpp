@@ -1,6 +1,6 @@
 // pinned_allocator.cpp — the pinned host allocator and its cache (see pinned_allocator.h).
-// Thread-safe: one mutex guards the live and free blocks; the plugin's event queries run
-// under it (they never block), its waits and frees outside it.
+// Thread-safe: one mutex guards the live and free blocks; every plugin call (event queries,
+// waits, allocations, frees) runs outside it.
 #include "pinned_allocator.h"
 
 #include "fl_context.h"
@@ -49,8 +49,8 @@ PinnedCache& cache() {
 }
 
 // Drops the uses whose work has finished (destroying their events); true when none is left.
-// A use whose query fails stays: the block is then never reused, only released by
-// pinned_cache_release, which waits for it.
+// A use whose query fails stays: the block is then never reused, and pinned_cache_release
+// keeps it unless its wait succeeds. Called without the cache's mutex (it calls the plugin).
 bool prune_finished(std::vector<PendingUse>& uses) {
   std::vector<PendingUse> left;
   for (const PendingUse& u : uses) {
@@ -68,16 +68,20 @@ bool prune_finished(std::vector<PendingUse>& uses) {
   return uses.empty();
 }
 
-void wait_and_destroy(const std::vector<PendingUse>& uses) {
+// Waits for every use and destroys its event; false when a wait failed (the device may still
+// be using the block, which must then not be freed).
+bool wait_and_destroy(const std::vector<PendingUse>& uses) {
+  bool all = true;
   for (const PendingUse& u : uses) {
     try {
       auto& streams = runtime().streams(u.device);
       streams.synchronize_event(u.event);
       streams.destroy_event(u.event);
     } catch (...) {
-      // Called from empty_cache's release; a failed wait leaves the event, not the process.
+      all = false;
     }
   }
+  return all;
 }
 
 void give_back(const Block& b) {
@@ -118,17 +122,29 @@ const fl_device_ops* pinning_plugin_ops() {
   return fallback;
 }
 
+void* host_alloc(const fl_device_ops* ops, size_t size) {
+  void* ptr = nullptr;
+  if (ops != nullptr) {
+    if (ops->fl_host_malloc(size, &ptr) != FL_OK) ptr = nullptr;
+  } else {
+    ptr = std::aligned_alloc(64, size);  // size is a power of two >= 512
+  }
+  return ptr;
+}
+
+// A new block; when the plugin has no memory left, the cached free blocks are given back
+// first (after the device work recorded on them) and the allocation is tried once more.
 Block fresh_block(size_t size) {
   Block b;
   b.size = size;
   b.ops = pinning_plugin_ops();
-  if (b.ops != nullptr) {
-    if (b.ops->fl_host_malloc(size, &b.ptr) != FL_OK) b.ptr = nullptr;
-    TORCH_CHECK_WITH(OutOfMemoryError, b.ptr != nullptr, "pinned host allocation of ", size, " bytes failed");
-  } else {
-    b.ptr = std::aligned_alloc(64, size);  // size is a power of two >= 512
-    TORCH_CHECK_WITH(OutOfMemoryError, b.ptr != nullptr, "host allocation of ", size, " bytes failed");
+  b.ptr = host_alloc(b.ops, size);
+  if (b.ptr == nullptr) {
+    pinned_cache_release();
+    b.ptr = host_alloc(b.ops, size);
   }
+  TORCH_CHECK_WITH(OutOfMemoryError, b.ptr != nullptr, b.ops != nullptr ? "pinned host" : "host",
+                   " allocation of ", size, " bytes failed (", pinned_cached_bytes(), " bytes still cached, in use by a device)");
   return b;
 }
 
@@ -139,18 +155,24 @@ c10::DataPtr FlPinnedAllocator::allocate(size_t nbytes) {
   if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, &free_pinned, cpu);
   const size_t size = std::bit_ceil(std::max(nbytes, kMinBlock));
   auto& c = cache();
+  // The oldest free block of the size (blocks of one size are freed and queued in order, so a
+  // newer one is rarely done when the oldest is not): taken out, its uses checked outside the
+  // mutex, and put back if the device still uses it.
   Block b;
   {
     std::lock_guard lock(c.mutex);
-    auto [lo, hi] = c.free.equal_range(size);
-    for (auto it = lo; it != hi; ++it) {
-      if (prune_finished(it->second.uses)) {
-        b = std::move(it->second);
-        c.free.erase(it);
-        c.free_bytes -= size;
-        break;
-      }
+    auto it = c.free.find(size);
+    if (it != c.free.end()) {
+      b = std::move(it->second);
+      c.free.erase(it);
+      c.free_bytes -= size;
     }
+  }
+  if (b.ptr != nullptr && !prune_finished(b.uses)) {
+    std::lock_guard lock(c.mutex);
+    c.free_bytes += size;
+    c.free.emplace(size, std::move(b));
+    b = Block{};
   }
   if (b.ptr == nullptr) b = fresh_block(size);
   void* ptr = b.ptr;
@@ -202,12 +224,18 @@ bool keep_pinned_until_done(const void* ptr, int device) {
     streams.destroy_event(event);
     throw;
   }
+  // The caller holds a tensor of the block, so it stays live. A long-lived buffer used by every
+  // step keeps only the uses not yet finished (checked outside the mutex).
+  std::vector<PendingUse> uses;
+  {
+    std::lock_guard lock(c.mutex);
+    uses.swap(c.live.at(start).uses);
+  }
+  prune_finished(uses);
+  uses.push_back({device, event});
   std::lock_guard lock(c.mutex);
-  // The caller holds a tensor of the block, so it is still live; a long-lived buffer used by
-  // every step keeps only the uses not yet finished.
-  Block& b = c.live.at(start);
-  prune_finished(b.uses);
-  b.uses.push_back({device, event});
+  auto& kept = c.live.at(start).uses;
+  kept.insert(kept.end(), uses.begin(), uses.end());
   return true;
 }
 
@@ -221,8 +249,8 @@ void pinned_cache_release() {
     c.free_bytes = 0;
   }
   for (const Block& b : blocks) {
-    wait_and_destroy(b.uses);
-    give_back(b);
+    // A block whose wait failed is kept out of reach (leaked), not freed under the device.
+    if (wait_and_destroy(b.uses)) give_back(b);
   }
 }
 

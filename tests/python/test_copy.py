@@ -183,6 +183,24 @@ def test_pinned_block_is_not_reused_before_its_copy_ran():
     assert torch_fl._C.pinned_cached_bytes() == 0
 
 
+def test_pinned_destination_is_not_reused_before_its_copy_ran():
+    """A pinned tensor freed while a non_blocking device-to-host copy into it is queued: its
+    block is not handed out again before the copy ran (the copy would write into the new
+    owner's data)."""
+    torch.fl.empty_cache()
+    n = 1 << 18
+    out = torch.full((n,), 5.0).to("fl:0")
+    back = torch.empty(n).pin_memory()
+    first = back.data_ptr()
+    _queue_busy_work()
+    back.copy_(out, non_blocking=True)
+    del back
+    other = torch.full((n,), -1.0).pin_memory()
+    assert other.data_ptr() != first
+    torch.fl.synchronize(0)
+    assert_same(other, torch.full((n,), -1.0), exact=True)
+
+
 def test_empty_and_scalar_copies():
     e = torch.empty(0, 3).to("fl")
     assert e.shape == (0, 3) and e.device.type == "fl"
@@ -266,8 +284,9 @@ def test_copies_between_two_plugins(tmp_path, cpu_host_accessible, template_host
     # the second reusing the first's).
     staged = results.pop("staging_cached_bytes")
     assert staged == (0 if "1" in (cpu_host_accessible, template_host_accessible) else 2 * (5 << 20)), staged
-    # A non_blocking copy from a host-accessible device goes through a pinned block (4 MiB for
-    # 3 MB), back in the pinned cache once the copy ran; the second direction reuses it.
+    # A non_blocking copy from a host-accessible device into device memory goes through a
+    # pinned block (4 MiB for 3 MB), back in the pinned cache once the copy ran; into host
+    # memory, and between two device memories, no block is used.
     pinned = results.pop("pinned_cached_bytes")
-    assert pinned == (4 << 20 if "1" in (cpu_host_accessible, template_host_accessible) else 0), pinned
+    assert pinned == (4 << 20 if (cpu_host_accessible, template_host_accessible) == ("0", "1") else 0), pinned
     assert results and all(results.values()), results

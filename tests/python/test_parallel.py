@@ -286,6 +286,29 @@ def test_split_steps_on_a_stream_of_its_own_equal_the_big_batch(master_timed):
         hdp.close()
 
 
+def test_a_host_replica_waits_for_a_batch_still_computed_on_fl():
+    """A replica on the native CPU beside fl:0, fed a batch that fl:0 is still computing when
+    the step starts (queued behind half a second of products): the host's shard is copied back
+    blocking, since nothing on the host would wait for a copy left queued on fl:0; the step
+    equals the big batch."""
+    xs, ys = _data(torch.float64, steps=2, batch=40)
+    expected = _single_device_run(torch.float64, xs, ys, device="cpu")
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "cpu"], _optimizer, split=[1, 1])
+    try:
+        for x, y in zip(xs, ys):
+            x_fl, y_fl = x.to("fl:0"), y.to("fl:0")  # (a copy from pageable memory waits here)
+            a = torch.full((1536, 1536), 1e-3, device="fl:0")
+            for _ in range(4):
+                a = a @ a  # queued on fl:0's stream thread
+            batch = x_fl + a[0, 0] * 0.0  # ready only once the products ran
+            hdp.train_step(batch, y_fl, F.cross_entropy)
+        assert hdp.last_shards == [20, 20]
+        for g, e in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
 def test_calibration_makes_the_fastest_device_the_reduction_device(monkeypatch):
     xs, ys = _data(torch.float64, steps=4, batch=32)
     expected = _single_device_run(torch.float64, xs, ys)

@@ -128,6 +128,7 @@ import concurrent.futures
 import contextlib
 import copy
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Sequence
@@ -541,11 +542,13 @@ def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
 
 
 def _to(value: Any, device: torch.device) -> Any:
-    """`value` on `device`; a tensor in pinned host memory is copied without waiting (queued on
-    the device's current stream, as DataLoader(pin_memory=True) batches are moved with CUDA),
-    one in pageable memory is read before returning."""
+    """`value` on `device`. Onto an accelerator, with non_blocking: a tensor in pinned host
+    memory is copied without waiting (queued on the device's current stream, as
+    DataLoader(pin_memory=True) batches are moved with CUDA), one in pageable memory is read
+    before returning. Onto the host, blocking: a replica on the native CPU computes at once,
+    with nothing to order it after a copy still queued on an fl device."""
     if isinstance(value, torch.Tensor):
-        return value.to(device, non_blocking=True)
+        return value.to(device, non_blocking=device.type != "cpu")
     if isinstance(value, (tuple, list)):
         return type(value)(_to(v, device) for v in value)
     if isinstance(value, dict):
@@ -651,6 +654,7 @@ class HeteroDataParallel:
         self._marks: dict[int, dict[str, float]] = {}  # this step's per-device marks (timeline)
         self._trainable: list[int] = []  # this step's trainable parameter indices
         self._shipped: dict[int, list[torch.Tensor | None]] = {}  # replica -> its gradients on the master
+        self._master_queued = threading.Event()  # set once this step's master shard is queued
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -766,6 +770,7 @@ class HeteroDataParallel:
             if self.timeline is not None:
                 self._marks[index] = {"dispatched": dispatched, "synced": end}
             if ship_on is not None:
+                self._master_queued.wait()
                 self._shipped[index] = self._ship_gradients(index, ship_on)
                 return float(loss), end - start
             return loss, end - start
@@ -793,8 +798,13 @@ class HeteroDataParallel:
         begin, end = torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
         when = time.perf_counter()
         begin.record(stream)
-        loss = self._queue_shard(index, inputs, targets, loss_fn, weight)
-        end.record(stream)
+        try:
+            loss = self._queue_shard(index, inputs, targets, loss_fn, weight)
+            end.record(stream)
+        finally:
+            # The other replicas queue their gradients on this stream only now, behind `end`:
+            # inside the window they would count as the master's time.
+            self._master_queued.set()
         if self.timeline is not None:
             self._marks[index] = {"dispatched": time.perf_counter()}
         return loss, (begin, end, when)
@@ -864,6 +874,7 @@ class HeteroDataParallel:
         # The step runs with the master's device current, as a plain loop on it would: the
         # optimizer's operators and the loss read-back then need no device switch each.
         timed = None
+        self._shipped = {}  # nothing left from a step that failed
         with device_context(self.reduce_device):
             if len(active) == 1 and self.replicas[active[0]] is self.module:
                 # The master alone: run it on this thread and do not wait for the device before
@@ -883,17 +894,20 @@ class HeteroDataParallel:
                 # thread reduces on (an fl master; others are reduced here as before).
                 ship_on = torch.fl.current_stream(self.reduce_device.index) if self.reduce_device.type == "fl" else None
                 self._trainable = [k for k, p in enumerate(self.module.parameters()) if p.requires_grad]
-                self._shipped = {}
-                futures = {i: self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i],
-                                                ship_on if self.replicas[i] is not self.module else None)
-                           for i, (x, y) in parts.items() if i != timed}
-                results = {}
+                # Replicas ship once the master's shard is queued (_queue_timed_shard sets it).
+                (self._master_queued.clear if timed is not None else self._master_queued.set)()
+                futures, results = {}, {}
                 try:
+                    for i, (x, y) in parts.items():
+                        if i != timed:
+                            futures[i] = self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i],
+                                                           ship_on if self.replicas[i] is not self.module else None)
                     if timed is not None:
                         results[timed] = self._queue_timed_shard(timed, *parts[timed], loss_fn, weights[timed])
                 finally:
                     # Every shard ends (also when one raised) before the snapshot is dropped and
                     # the caller sees an error: no thread of this step outlives it.
+                    self._master_queued.set()
                     concurrent.futures.wait(futures.values())
                     self._side_pulls_ready = False  # the snapshot is this step's only
                 results.update({i: f.result() for i, f in futures.items()})
@@ -919,11 +933,12 @@ class HeteroDataParallel:
             if self._master_index not in results:
                 synchronize_device(self.reduce_device)
         step_seconds = time.perf_counter() - start
-        if timed is not None:  # the loss read-back waited for its end event
+        if timed is not None:
             begin, end, when = results[timed][1]
+            end.synchronize()  # done already when the master's loss was read back
+            # The device's time from the shard's first operator to its last.
             device_seconds = begin.elapsed_time(end) / 1e3
-            # Seconds from the shard's start until its device finished, as the waited shards'.
-            results[timed] = (results[timed][0], when - start + device_seconds)
+            results[timed] = (results[timed][0], device_seconds)
             if self.timeline is not None:  # not before its last operator was queued
                 self._marks[timed]["synced"] = max(self._marks[timed]["dispatched"], when + device_seconds)
         if self.timeline is not None and len(active) > 1:

@@ -201,6 +201,9 @@ def overlap(workload: str, devices: list[str], batch: int, reps: int = 5) -> flo
     return min(seq) / min(conc)
 
 
+SETTLE_SECONDS = 0.3
+
+
 def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False,
             split: list[float] | None = None) -> dict:
     """Best window of `repeats` for every mode, the modes' windows interleaved."""
@@ -212,12 +215,18 @@ def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: 
     single: PairLoop | None = None
     best = {"pair": 0.0, "single": 0.0, **{d: 0.0 for d in devices}}
     try:
+        # A pause before every window, so that no device's spinning threads slow the next one
+        # (OpenBLAS spins its threads about 0.1 s after a GEMM; without it the device timed
+        # right after the CPU device measured up to 1.2x slower than later in the run).
         for _ in range(repeats):
             for d in devices:
+                time.sleep(SETTLE_SECONDS)
                 best[d] = max(best[d], plain[d].window(steps))
+            time.sleep(SETTLE_SECONDS)
             best["pair"] = max(best["pair"], together.window(steps))
             if single is None:  # HeteroDataParallel's own cost: the fastest device, through it
                 single = PairLoop(workload, [max(devices, key=lambda d: best[d])], data)
+            time.sleep(SETTLE_SECONDS)
             best["single"] = max(best["single"], single.window(steps))
         result["alone"] = {d: best[d] for d in devices}
         result["pair"] = together.summary(best["pair"])

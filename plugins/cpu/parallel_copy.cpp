@@ -59,7 +59,8 @@ void ParallelCopy::helper_loop(size_t slot) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     start_.wait(lock, [&] { return stopping_ || job_.generation != seen; });
-    if (stopping_) return;
+    // A job posted before the stop is still done: its caller waits for every helper's part.
+    if (job_.generation == seen) return;
     seen = job_.generation;
     Job job = job_;
     lock.unlock();

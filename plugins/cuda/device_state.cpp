@@ -44,22 +44,23 @@ std::string format_uuid(const unsigned char* b) {
   return text;
 }
 
+// A copy thread count, 0..64, from the option or the environment variable named in `where`.
 int parse_copy_threads(const std::string& value, const std::string& where) {
-  try {
-    size_t used = 0;
-    const int n = std::stoi(value, &used, 10);
-    if (used == value.size()) return n;
-  } catch (const std::exception&) {
-  }
-  plugin::raise(FL_ERR_INVALID_ARGUMENT, where + value + " is not an integer");
+  const bool digits = !value.empty() && value.size() <= 3 &&
+                      value.find_first_not_of("0123456789") == std::string::npos;
+  const int n = digits ? std::stoi(value) : -1;
+  if (n < 0 || n > 64)
+    plugin::raise(FL_ERR_INVALID_ARGUMENT, "cuda plugin: " + where + value + " is not a thread count in 0..64");
+  return n;
 }
 
 // Parses "key=value;key=value". Unknown keys are logged and ignored.
 //   seed=N          the dropout RNG's seed
-//   copy_threads=N  host threads that stage large copies from pageable memory (default 4, or
-//                   FL_CUDA_COPY_THREADS; 0: the driver stages them, with one thread)
+//   copy_threads=N  host threads that stage large copies from pageable memory (or
+//                   FL_CUDA_COPY_THREADS; default 4, fewer on a process allowed fewer than 8
+//                   CPUs, none with 2 or fewer; 0: the driver stages them, with one thread)
 void apply_options(const std::string& options, PluginState& s) {
-  int copy_threads = 4;
+  int copy_threads = default_pageable_upload_threads();
   if (const char* env = std::getenv("FL_CUDA_COPY_THREADS"); env != nullptr && *env != '\0')
     copy_threads = parse_copy_threads(env, "FL_CUDA_COPY_THREADS=");
   size_t start = 0;

@@ -17,8 +17,12 @@ namespace fl::cuda {
 // Copies of at least this many bytes are staged; smaller ones go to the driver.
 constexpr size_t kStagedUploadMinBytes = size_t{4} << 20;
 
+// The threads used without copy_threads= or FL_CUDA_COPY_THREADS: 4, or half the CPUs this
+// process may run on when that is fewer; none (the driver copies) with 2 CPUs or fewer.
+int default_pageable_upload_threads();
+
 // Sets the host threads that fill the ring (the copy_threads= option, or
-// FL_CUDA_COPY_THREADS; default 4): 0 leaves every copy to the driver. Called by init only.
+// FL_CUDA_COPY_THREADS): 0 leaves every copy to the driver. Called by init only.
 void configure_pageable_uploads(int threads);
 
 // The threads configured (0: staging off).
@@ -29,13 +33,17 @@ int pageable_upload_threads();
 // registered, managed or device memory) and `dst` is memory of `device`.
 bool stages_upload(int32_t device, const void* dst, const void* src, size_t size);
 
-// Copies `size` bytes from pageable `src` to device memory `dst` of `device` on `stream`,
-// ordered like any copy on that stream. Returns once every byte of `src` has been read (the
-// caller may then change or free it); the last chunks' DMAs may still be queued on `stream`.
-// Thread-safe: uploads to one device run one at a time; different devices in parallel.
-void upload_pageable(int32_t device, void* dst, const void* src, size_t size, gpuStream_t stream);
+// Copies the first bytes of `size` from pageable `src` to device memory `dst` of `device` on
+// `stream`, ordered like any copy on that stream, and returns how many: all of them, or fewer
+// when the rest must go through the driver (the ring or its threads could not be set up, the
+// stream is capturing a graph, or a buffer is still read by a copy queued on another stream).
+// Returns once the bytes it copied have been read from `src`; the last chunks' DMAs may still
+// be queued on `stream`. Thread-safe: uploads to one device run one at a time, and all
+// devices share one team of threads, so their host copies run one at a time too.
+size_t upload_pageable(int32_t device, void* dst, const void* src, size_t size, gpuStream_t stream);
 
-// Frees the rings and stops the threads (plugin shutdown; no upload may be running).
+// Frees the rings and stops the threads (plugin shutdown; no upload may be running). Not run
+// at process exit: the state is left for the OS there, as a daemon thread may be uploading.
 void shutdown_pageable_uploads();
 
 }  // namespace fl::cuda

@@ -198,12 +198,14 @@ fl_status_t plugin_memcpy_async(int32_t device, void* dst, const void* src, size
     if (kind < FL_MEMCPY_HOST_TO_DEVICE || kind > FL_MEMCPY_HOST_TO_HOST)
       raise(FL_ERR_INVALID_ARGUMENT, "fl_memcpy_async: bad kind " + std::to_string(kind));
     activate_device(device);
-    if (kind == FL_MEMCPY_HOST_TO_DEVICE && stages_upload(device, dst, src, size)) {
-      upload_pageable(device, dst, src, size, resolve_stream(device, stream));
-      return;
-    }
-    check_gpu(gpuMemcpyAsync(dst, src, size, gpuMemcpyDefault, resolve_stream(device, stream)),
-              "cudaMemcpyAsync");
+    const gpuStream_t s = resolve_stream(device, stream);
+    size_t staged = 0;
+    if (kind == FL_MEMCPY_HOST_TO_DEVICE && stages_upload(device, dst, src, size))
+      staged = upload_pageable(device, dst, src, size, s);
+    if (staged < size)
+      check_gpu(gpuMemcpyAsync(static_cast<char*>(dst) + staged, static_cast<const char*>(src) + staged,
+                               size - staged, gpuMemcpyDefault, s),
+                "cudaMemcpyAsync");
   });
 }
 

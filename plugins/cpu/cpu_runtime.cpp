@@ -117,7 +117,7 @@ void Runtime::init(const char* options) {
   auto runtime = std::unique_ptr<Runtime>(new Runtime(static_cast<int32_t>(devices), seed));
   runtime->host_accessible_ = host_accessible;
   runtime->host_threads_ = host_threads;
-  runtime->copier_ = std::make_unique<ParallelCopy>(std::min(host_threads, kCopyThreads));
+  runtime->copier_ = std::make_unique<plugin::ParallelCopy>(std::min(host_threads, kCopyThreads));
   openblas_set_num_threads(host_threads);
   instance() = std::move(runtime);
 }

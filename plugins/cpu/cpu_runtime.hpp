@@ -2,7 +2,7 @@
 // their streams (one worker thread each) and events, and memory accounting.
 #pragma once
 
-#include "parallel_copy.hpp"
+#include <parallel_copy.hpp>
 #include "stream_queue.hpp"
 
 #include <fl_abi.h>
@@ -58,7 +58,7 @@ class Runtime {
   int32_t host_threads() const { return host_threads_; }
   bool host_accessible() const { return host_accessible_; }
   // Splits large memcpys over a few threads (min(threads, kCopyThreads)).
-  ParallelCopy& copier() { return *copier_; }
+  plugin::ParallelCopy& copier() { return *copier_; }
   static constexpr int32_t kCopyThreads = 8;
 
   // Resolves a stream handle (NULL = the device's default stream, created lazily).
@@ -78,7 +78,7 @@ class Runtime {
  private:
   Runtime(int32_t devices, uint64_t seed);
 
-  std::unique_ptr<ParallelCopy> copier_;  // declared before devices_: outlives their streams
+  std::unique_ptr<plugin::ParallelCopy> copier_;  // declared before devices_: outlives their streams
   std::vector<std::unique_ptr<Device>> devices_;
   uint64_t total_memory_ = 0;
   int32_t host_threads_ = 1;

@@ -156,7 +156,7 @@ fl_status_t memcpy_async(int32_t device, void* dst, const void* src, size_t size
     StreamQueue& queue = runtime.stream(device, stream);
     if (size == 0) return;
     require(dst != nullptr && src != nullptr, "cpu plugin: memcpy with a NULL pointer");
-    ParallelCopy* copier = &runtime.copier();
+    plugin::ParallelCopy* copier = &runtime.copier();
     uint64_t ticket = queue.enqueue([copier, dst, src, size] { copier->copy(dst, src, size); });
     // Host memory not from fl_host_malloc may be reused as soon as we return: wait for the
     // stream to reach the copy (still ordered after earlier work on the stream).

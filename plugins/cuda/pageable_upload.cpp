@@ -4,18 +4,16 @@
 #include "gpu_check.hpp"
 #include "plugin_state.hpp"
 
+#include <parallel_copy.hpp>
 #include <plugin_support.hpp>
 
 #include <sched.h>
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace fl::cuda {
@@ -25,91 +23,6 @@ constexpr size_t kChunk = size_t{8} << 20;
 constexpr int kSlots = 3;
 constexpr int kDefaultThreads = 4;
 constexpr int kMaxThreads = 64;
-
-// `threads` host threads (the caller is one of them) copy one job, each its own part. The
-// helpers sleep between jobs: they must not spin beside the threads of a CPU device.
-class CopyTeam {
- public:
-  // Throws when a helper thread cannot be started (the ones already started are stopped).
-  explicit CopyTeam(int threads) : parts_(threads) {
-    try {
-      for (int i = 1; i < threads; ++i) helpers_.emplace_back([this, i] { serve(i); });
-    } catch (...) {
-      stop();
-      throw;
-    }
-  }
-  ~CopyTeam() { stop(); }
-  CopyTeam(const CopyTeam&) = delete;
-  CopyTeam& operator=(const CopyTeam&) = delete;
-
-  // One job at a time (uploads to two devices share the team).
-  void copy(void* dst, const void* src, size_t bytes) {
-    std::lock_guard use(use_mutex_);
-    {
-      std::lock_guard lock(mutex_);
-      dst_ = static_cast<char*>(dst);
-      src_ = static_cast<const char*>(src);
-      bytes_ = bytes;
-      pending_ = parts_ - 1;
-      ++job_;
-    }
-    wake_.notify_all();
-    copy_part(0);
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return pending_ == 0; });
-  }
-
- private:
-  void copy_part(int i) {
-    // Parts of whole 4 KiB pages, so that two threads never write into one page.
-    const size_t pages = (bytes_ + 4095) / 4096;
-    const size_t per = (pages + parts_ - 1) / parts_ * 4096;
-    const size_t from = std::min(bytes_, per * static_cast<size_t>(i));
-    const size_t to = std::min(bytes_, from + per);
-    if (to > from) std::memcpy(dst_ + from, src_ + from, to - from);
-  }
-
-  void stop() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : helpers_) t.join();
-    helpers_.clear();
-  }
-
-  void serve(int i) {
-    uint64_t seen = 0;
-    for (;;) {
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stopping_ || job_ != seen; });
-        // A job posted before the stop is still done: its caller waits for every part.
-        if (job_ == seen) return;
-        seen = job_;
-      }
-      copy_part(i);
-      {
-        std::lock_guard lock(mutex_);
-        if (--pending_ == 0) done_.notify_one();
-      }
-    }
-  }
-
-  const int parts_;
-  std::vector<std::thread> helpers_;
-  std::mutex use_mutex_;
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  bool stopping_ = false;
-  uint64_t job_ = 0;
-  int pending_ = 0;
-  char* dst_ = nullptr;
-  const char* src_ = nullptr;
-  size_t bytes_ = 0;
-};
 
 // A device's ring: pinned buffers and, per buffer, the event after the DMA that last read it
 // and the stream that DMA was queued on.
@@ -125,7 +38,7 @@ struct Ring {
 struct Uploads {
   std::atomic<int> threads{kDefaultThreads};
   std::mutex mutex;  // guards team and rings' creation
-  std::unique_ptr<CopyTeam> team;
+  std::unique_ptr<plugin::ParallelCopy> team;  // fills the buffers (plugins/common)
   std::vector<std::unique_ptr<Ring>> rings;
   std::vector<bool> unavailable;  // devices whose ring could not be set up
 };
@@ -160,7 +73,7 @@ Ring* ring_of(int32_t device) {
   std::string failure;
   if (!u.team) {
     try {
-      u.team = std::make_unique<CopyTeam>(u.threads.load());
+      u.team = std::make_unique<plugin::ParallelCopy>(u.threads.load());
     } catch (const std::exception& e) {
       failure = std::string("its copy threads could not start (") + e.what() + ")";
     }
@@ -209,8 +122,6 @@ void configure_pageable_uploads(int threads) {
   u.threads = threads;
 }
 
-int pageable_upload_threads() { return uploads().threads; }
-
 bool stages_upload(int32_t device, const void* dst, const void* src, size_t size) {
   if (uploads().threads == 0 || size < kStagedUploadMinBytes) return false;
   cudaPointerAttributes s{}, d{};
@@ -232,7 +143,7 @@ size_t upload_pageable(int32_t device, void* dst, const void* src, size_t size, 
   if (capture != cudaStreamCaptureStatusNone) return 0;
   Ring* ring = ring_of(device);
   if (ring == nullptr) return 0;
-  CopyTeam& team = *uploads().team;
+  plugin::ParallelCopy& team = *uploads().team;
   std::lock_guard lock(ring->mutex);
   auto* out = static_cast<char*>(dst);
   const auto* in = static_cast<const char*>(src);

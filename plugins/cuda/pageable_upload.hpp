@@ -25,9 +25,6 @@ int default_pageable_upload_threads();
 // FL_CUDA_COPY_THREADS): 0 leaves every copy to the driver. Called by init only.
 void configure_pageable_uploads(int threads);
 
-// The threads configured (0: staging off).
-int pageable_upload_threads();
-
 // True when a copy of `size` bytes from `src` to `dst` is one this module stages: staging is
 // on, the size is at least kStagedUploadMinBytes, `src` is pageable host memory (not pinned,
 // registered, managed or device memory) and `dst` is memory of `device`.

@@ -1,4 +1,4 @@
-// The CPU plugin's ParallelCopy with a fixed thread count: chunking, the serial cases, and
+// The plugins' ParallelCopy (plugins/common) with a fixed thread count: chunking, the serial cases, and
 // concurrent callers (under TSan in CI).
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-using fl::cpu::ParallelCopy;
+using fl::plugin::ParallelCopy;
 
 namespace {
 

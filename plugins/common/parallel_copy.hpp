@@ -1,8 +1,9 @@
-// parallel_copy.hpp — large host memory copies split over a few threads. One thread's memmove
-// moves about 5 GB/s; a training shard copied into a CPU-plugin device (tens of MB) then took
-// as long as its forward pass. The helper threads sleep between copies (no spinning beside
-// the BLAS threads), and a stream runs one copy at a time, so they never share cores with
-// that stream's kernels.
+// parallel_copy.hpp — large host memory copies split over a few threads, for plugins. One
+// thread's memmove moves about 5 GB/s: a training shard copied into a CPU-plugin device (tens
+// of MB) took as long as its forward pass, and a GPU driver stages pageable uploads at that
+// rate. The CPU plugin copies into its devices with it, the CUDA plugin fills its pinned
+// upload buffers with it. The helper threads sleep between copies (no spinning beside BLAS
+// threads).
 #pragma once
 
 #include <condition_variable>
@@ -12,11 +13,12 @@
 #include <thread>
 #include <vector>
 
-namespace fl::cpu {
+namespace fl::plugin {
 
 class ParallelCopy {
  public:
-  // `threads` includes the caller's: threads - 1 helpers are started.
+  // `threads` includes the caller's: threads - 1 helpers are started. Throws when one cannot
+  // start (the ones already started are stopped first).
   explicit ParallelCopy(int32_t threads);
   ~ParallelCopy();  // joins the helpers
   ParallelCopy(const ParallelCopy&) = delete;
@@ -39,6 +41,7 @@ class ParallelCopy {
     uint64_t generation = 0;
   };
   void helper_loop(size_t slot);
+  void stop();  // stops and joins the helpers
   static void copy_chunk(const Job& job, size_t slot);
 
   std::mutex turn_;  // one parallel copy at a time
@@ -51,4 +54,4 @@ class ParallelCopy {
   std::vector<std::thread> helpers_;
 };
 
-}  // namespace fl::cpu
+}  // namespace fl::plugin

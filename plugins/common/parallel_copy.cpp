@@ -4,20 +4,28 @@
 #include <cstring>
 #include <functional>
 
-namespace fl::cpu {
+namespace fl::plugin {
 
 ParallelCopy::ParallelCopy(int32_t threads) {
-  for (int32_t slot = 1; slot < threads; ++slot)
-    helpers_.emplace_back([this, slot] { helper_loop(static_cast<size_t>(slot)); });
+  try {
+    for (int32_t slot = 1; slot < threads; ++slot)
+      helpers_.emplace_back([this, slot] { helper_loop(static_cast<size_t>(slot)); });
+  } catch (...) {
+    stop();  // joinable threads destroyed unjoined would terminate the process
+    throw;
+  }
 }
 
-ParallelCopy::~ParallelCopy() {
+ParallelCopy::~ParallelCopy() { stop(); }
+
+void ParallelCopy::stop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   start_.notify_all();
   for (auto& t : helpers_) t.join();
+  helpers_.clear();
 }
 
 void ParallelCopy::copy_chunk(const Job& job, size_t slot) {
@@ -70,4 +78,4 @@ void ParallelCopy::helper_loop(size_t slot) {
   }
 }
 
-}  // namespace fl::cpu
+}  // namespace fl::plugin

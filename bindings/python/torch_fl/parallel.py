@@ -170,6 +170,11 @@ def _loss_value(loss: torch.Tensor | float) -> float:
     return loss if isinstance(loss, float) else float(loss.cpu())
 
 
+def _timing_events(device: torch.device) -> tuple[torch.Event, torch.Event]:
+    """Two events of `device` that time the work between them."""
+    return torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
+
+
 def _times_with_events(device: torch.device) -> bool:
     """True when `device` is an fl device whose plugin times events (a pair of timing events
     recorded and measured once), so that a shard's device time can be read afterwards
@@ -178,7 +183,7 @@ def _times_with_events(device: torch.device) -> bool:
         return False
     try:
         stream = torch.fl.current_stream(device.index)
-        begin, end = torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
+        begin, end = _timing_events(device)
         begin.record(stream)
         end.record(stream)
         end.synchronize()
@@ -781,10 +786,15 @@ class HeteroDataParallel:
         to the fl reduction device on its `stream`, from the replica's own thread once its
         device is done. The copies stay queued there (a pinned block carries them from a
         host-memory device), so the step's thread only adds them up, on that stream."""
+        with _current_stream(stream):
+            return self._gradients_on_master(index, non_blocking=True)
+
+    def _gradients_on_master(self, index: int, non_blocking: bool) -> list[torch.Tensor | None]:
+        """Replica `index`'s gradients of this step's trainable parameters (`_trainable`, in
+        the master's order) copied to the reduction device; None where it has none."""
         params = list(self.replicas[index].parameters())
         grads = [params[k].grad for k in self._trainable]
-        with _current_stream(stream):
-            return [None if g is None else g.to(self.reduce_device, non_blocking=True) for g in grads]
+        return [None if g is None else g.to(self.reduce_device, non_blocking=non_blocking) for g in grads]
 
     def _queue_timed_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
                            weight: float) -> tuple[torch.Tensor, tuple[torch.Event, torch.Event, float]]:
@@ -795,7 +805,7 @@ class HeteroDataParallel:
         perf_counter when `begin` was recorded."""
         device = self.devices[index]
         stream = torch.fl.current_stream(device.index)
-        begin, end = torch.Event(device=device, enable_timing=True), torch.Event(device=device, enable_timing=True)
+        begin, end = _timing_events(device)
         when = time.perf_counter()
         begin.record(stream)
         try:
@@ -979,7 +989,7 @@ class HeteroDataParallel:
         if len(active) == 1 and self.replicas[active[0]] is self.module:
             return  # the master alone computed the whole batch: its gradients are the result
         params = list(self.module.parameters())
-        ks = [k for k, p in enumerate(params) if p.requires_grad]
+        ks = self._trainable  # taken by train_step for this step, as the shipped gradients were
         # The master's own gradients (when it computed a shard) are the sums' start, in place.
         master_ran = self._master_index in active
         totals: list[torch.Tensor | None] = [params[k].grad if master_ran else None for k in ks]
@@ -988,10 +998,8 @@ class HeteroDataParallel:
             if self.replicas[i] is self.module:
                 continue
             shipped = self._shipped.get(i)
-            if shipped is None:
-                replica_params = list(self.replicas[i].parameters())
-                shipped = [replica_params[k].grad for k in ks]
-                shipped = [None if g is None else g.to(self.reduce_device, non_blocking=queued) for g in shipped]
+            if shipped is None:  # a replica not reduced onto an fl master: copied here
+                shipped = self._gradients_on_master(i, non_blocking=queued)
             sums, addends = [], []
             for j, g in enumerate(shipped):
                 if g is None:

@@ -26,6 +26,7 @@ struct PluginState {
   bool initialized = false;
   const fl_host_services* host = nullptr;
   uint64_t seed = kDefaultSeed;
+  SyncMode sync = SyncMode::automatic;
   std::vector<std::unique_ptr<DeviceState>> devices;
   std::vector<CachedProperties> properties;
 };
@@ -54,15 +55,39 @@ int parse_copy_threads(const std::string& value, const std::string& where) {
   return n;
 }
 
+// A wait mode from the option or the environment variable named in `where`.
+SyncMode parse_sync_mode(const std::string& value, const std::string& where) {
+  if (value == "auto") return SyncMode::automatic;
+  if (value == "spin") return SyncMode::spin;
+  if (value == "yield") return SyncMode::yield;
+  if (value == "blocking") return SyncMode::blocking;
+  plugin::raise(FL_ERR_INVALID_ARGUMENT, "cuda plugin: " + where + value + " is not one of auto, spin, yield, blocking");
+}
+
+unsigned int schedule_flag(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::spin: return gpuDeviceScheduleSpin;
+    case SyncMode::yield: return gpuDeviceScheduleYield;
+    case SyncMode::blocking: return gpuDeviceScheduleBlockingSync;
+    case SyncMode::automatic: break;
+  }
+  return 0;
+}
+
 // Parses "key=value;key=value". Unknown keys are logged and ignored.
 //   seed=N          the dropout RNG's seed
 //   copy_threads=N  host threads that stage large copies from pageable memory (or
 //                   FL_CUDA_COPY_THREADS; default 4, fewer on a process allowed fewer than 8
 //                   CPUs, none with 2 or fewer; 0: the driver stages them, with one thread)
+//   sync=MODE       how host threads wait for the device: auto (the driver's default), spin,
+//                   yield or blocking (or FL_CUDA_SYNC; the option wins)
 void apply_options(const std::string& options, PluginState& s) {
   int copy_threads = default_pageable_upload_threads();
   if (const char* env = std::getenv("FL_CUDA_COPY_THREADS"); env != nullptr && *env != '\0')
     copy_threads = parse_copy_threads(env, "FL_CUDA_COPY_THREADS=");
+  s.sync = SyncMode::automatic;
+  if (const char* env = std::getenv("FL_CUDA_SYNC"); env != nullptr && *env != '\0')
+    s.sync = parse_sync_mode(env, "FL_CUDA_SYNC=");
   size_t start = 0;
   while (start <= options.size()) {
     size_t end = options.find(';', start);
@@ -81,6 +106,8 @@ void apply_options(const std::string& options, PluginState& s) {
       }
     } else if (key == "copy_threads") {
       copy_threads = parse_copy_threads(value, "option copy_threads=");
+    } else if (key == "sync") {
+      s.sync = parse_sync_mode(value, "option sync=");
     } else {
       log_message(FL_LOG_WARN, "cuda plugin: ignoring unknown option '" + key + "'");
     }
@@ -117,6 +144,16 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
   try {
     for (int i = 0; i < count; ++i) {
       check_gpu(gpuSetDevice(i), "cudaSetDevice");
+      if (s.sync != SyncMode::automatic) {
+        // Sets the primary context's flags; with a context already active (torch's own CUDA
+        // in this process) the runtime updates it, and an older one refuses: then say so.
+        const gpuError_t flags_err = gpuSetDeviceFlags(schedule_flag(s.sync));
+        if (flags_err != gpuSuccess) {
+          (void)gpuGetLastError();
+          log_message(FL_LOG_WARN, "cuda plugin: device " + std::to_string(i) + ": the sync option was not applied (" +
+                                       gpuGetErrorString(flags_err) + ")");
+        }
+      }
       gpuDeviceProp_t prop{};
       check_gpu(gpuGetDeviceProperties(&prop, i), "cudaGetDeviceProperties");
       auto dev = std::make_unique<DeviceState>();
@@ -210,6 +247,10 @@ gpuStream_t resolve_stream(int32_t device, fl_stream_t stream) {
 }
 
 uint64_t rng_seed() { return state().seed; }
+
+SyncMode sync_mode() { return state().sync; }
+
+unsigned int event_wait_flags() { return state().sync == SyncMode::blocking ? gpuEventBlockingSync : 0u; }
 
 LaunchContext begin_kernel(const fl_kernel_call* call) {
   if (call == nullptr) plugin::raise(FL_ERR_INVALID_ARGUMENT, "kernel called with a NULL call");

@@ -37,6 +37,16 @@ void activate_device(int32_t device);         // validates and makes `device` cu
 gpuStream_t resolve_stream(int32_t device, fl_stream_t stream);
 uint64_t rng_seed();
 
+// How a host thread waits for the device (option sync=, or FL_CUDA_SYNC): the driver's choice
+// (auto: spin while the process has fewer CUDA contexts than CPUs), spin, yield, or blocking
+// (the thread sleeps until the device signals it, freeing its CPU for other work at the cost
+// of a wake-up latency of some microseconds per wait).
+enum class SyncMode { automatic, spin, yield, blocking };
+SyncMode sync_mode();
+// The flags every event the plugin creates carries for its waits (cudaEventBlockingSync when
+// sync=blocking; an event's own flag, not the device's, decides how cudaEventSynchronize waits).
+unsigned int event_wait_flags();
+
 // Validates the call's device, makes it current and returns its stream and sizing.
 LaunchContext begin_kernel(const fl_kernel_call* call);
 

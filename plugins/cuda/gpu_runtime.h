@@ -54,6 +54,11 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuEventCreateWithFlags cudaEventCreateWithFlags
 #define gpuEventDisableTiming cudaEventDisableTiming
 #define gpuEventDefault cudaEventDefault
+#define gpuEventBlockingSync cudaEventBlockingSync
+#define gpuSetDeviceFlags cudaSetDeviceFlags
+#define gpuDeviceScheduleSpin cudaDeviceScheduleSpin
+#define gpuDeviceScheduleYield cudaDeviceScheduleYield
+#define gpuDeviceScheduleBlockingSync cudaDeviceScheduleBlockingSync
 #define gpuEventDestroy cudaEventDestroy
 #define gpuEventRecord cudaEventRecord
 #define gpuEventQuery cudaEventQuery

@@ -1,6 +1,7 @@
 // pageable_upload.cpp — see pageable_upload.hpp.
 #include "pageable_upload.hpp"
 
+#include "device_state.hpp"
 #include "gpu_check.hpp"
 #include "plugin_state.hpp"
 
@@ -84,7 +85,7 @@ Ring* ring_of(int32_t device) {
     for (int s = 0; s < kSlots && err == cudaSuccess; ++s) {
       // Portable: the buffers stay pinned for every device's context.
       err = cudaHostAlloc(&fresh->buffers[s], kChunk, cudaHostAllocPortable);
-      if (err == cudaSuccess) err = cudaEventCreateWithFlags(&fresh->drained[s], cudaEventDisableTiming);
+      if (err == cudaSuccess) err = cudaEventCreateWithFlags(&fresh->drained[s], cudaEventDisableTiming | event_wait_flags());
     }
     if (err != cudaSuccess) {
       (void)cudaGetLastError();

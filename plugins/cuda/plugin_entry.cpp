@@ -272,7 +272,8 @@ fl_status_t plugin_event_create(int32_t device, uint32_t flags, fl_event_t* even
     *event = nullptr;
     activate_device(device);
     gpuEvent_t e = nullptr;
-    const unsigned int cuda_flags = (flags & FL_EVENT_TIMING) ? gpuEventDefault : gpuEventDisableTiming;
+    const unsigned int cuda_flags =
+        ((flags & FL_EVENT_TIMING) ? gpuEventDefault : gpuEventDisableTiming) | event_wait_flags();
     check_gpu(gpuEventCreateWithFlags(&e, cuda_flags), "cudaEventCreateWithFlags");
     *event = reinterpret_cast<fl_event_t>(e);
   });

@@ -61,6 +61,11 @@ using gpu_bfloat16 = hip_bfloat16;
 #define gpuEventCreateWithFlags hipEventCreateWithFlags
 #define gpuEventDisableTiming hipEventDisableTiming
 #define gpuEventDefault hipEventDefault
+#define gpuEventBlockingSync hipEventBlockingSync
+#define gpuSetDeviceFlags hipSetDeviceFlags
+#define gpuDeviceScheduleSpin hipDeviceScheduleSpin
+#define gpuDeviceScheduleYield hipDeviceScheduleYield
+#define gpuDeviceScheduleBlockingSync hipDeviceScheduleBlockingSync
 #define gpuEventDestroy hipEventDestroy
 #define gpuEventRecord hipEventRecord
 #define gpuEventQuery hipEventQuery

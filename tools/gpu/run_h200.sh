@@ -28,7 +28,8 @@
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.
 #
 # Environment: FL_GPU_VENV (default /opt/torch/.venv), OUT, FL_BUILD_DIR (default build-gpu),
-# FL_BENCH_WORKLOADS (default "small_ops gemm cnn"), FL_CNN_EPOCHS (default 3).
+# FL_BENCH_WORKLOADS (default "small_ops gemm cnn"), FL_CNN_EPOCHS (default 3), FL_CNN_REPEATS
+# (default 1: fl runs of the digits example), FL_CUDA_SYNC (the CUDA plugin's wait mode).
 # Before the call, here: `../shared/device/pack-deps.sh libopenblas-dev libopenblas0
 # libopenblas0-pthread libopenblas-pthread-dev` (the CPU plugin, which fl-plugin-check uses as
 # its reference, needs pkg-config's `openblas`; the default pack does not carry it), and name
@@ -135,7 +136,11 @@ step_example_cnn() {
   if [[ ! -f examples/train_cnn.py ]]; then echo "examples/train_cnn.py absent; skipping"; return 0; fi
   # Native CUDA in its own process (pytorch#161129: no native CUDA autograd beside fl).
   "$PY" examples/train_cnn.py --device fl:0 --epochs "${FL_CNN_EPOCHS:-3}" --json "$OUT/example_cnn_fl.json"
-  local rc=$?
+  local rc=$? k
+  # FL_CNN_REPEATS > 1: the fl side again, to tell run-to-run differences from fl-vs-cuda ones.
+  for ((k = 2; k <= ${FL_CNN_REPEATS:-1}; k++)); do
+    "$PY" examples/train_cnn.py --device fl:0 --epochs "${FL_CNN_EPOCHS:-3}" --json "$OUT/example_cnn_fl_$k.json" || rc=1
+  done
   (unset FL_PLUGIN_PATH; "$PY" examples/train_cnn.py --device cuda:0 --epochs "${FL_CNN_EPOCHS:-3}" \
      --json "$OUT/example_cnn_cuda.json") || true
   return $rc
@@ -280,7 +285,11 @@ step_pair_wide() {
 # device, and both at once (bench/host_bandwidth.py).
 step_host_bandwidth() {
   both_plugins_env
-  timeout 120 "$PY" bench/host_bandwidth.py --device "$(first_device_of cuda)" --json "$OUT/host_bandwidth.json"
+  local rc=0
+  timeout 120 "$PY" bench/host_bandwidth.py --device "$(first_device_of cuda)" --json "$OUT/host_bandwidth.json" || rc=1
+  # The same copies through native torch (no autograd here, so pytorch#161129 does not apply).
+  timeout 120 "$PY" bench/host_bandwidth.py --device cuda:0 --json "$OUT/host_bandwidth_native.json" || rc=1
+  return $rc
 }
 
 step_hetero_gpus() {

@@ -216,7 +216,12 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   const bool precise = info.convolution ? !at::globalContext().allowTF32CuDNN()
                                         : rt.config().precision.matmul == "highest";
   if (precise) flags |= FL_CALL_PRECISE;
-  if (rt.config().precision.deterministic) flags |= FL_CALL_DETERMINISTIC;
+  // Bitwise reproducible kernels: precision.deterministic, torch.use_deterministic_algorithms
+  // (True), or for convolutions torch.backends.cudnn.deterministic, as native CUDA reads them.
+  const auto& context = at::globalContext();
+  if (rt.config().precision.deterministic || context.deterministicAlgorithms() ||
+      (info.convolution && context.deterministicCuDNN()))
+    flags |= FL_CALL_DETERMINISTIC;
   const fl_kernel_call& call = builder.build(reg.handle(reg.current()), flags, *entry);
   const fl_status_t st = entry->fn(&call);
   if (st == FL_ERR_NOT_SUPPORTED) {

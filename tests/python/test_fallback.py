@@ -184,3 +184,33 @@ def test_stub_plugin_table_entries_are_used_natively():
     assert add["cpu_fallback"] >= 1
     # The stub's neg kernel fails on purpose: the error names op, plugin, kernel and reason.
     assert "aten::neg" in res["neg"] and "stub" in res["neg"] and "stub kernel failure" in res["neg"]
+
+
+DETERMINISTIC_CODE = textwrap.dedent("""
+    import sys, torch, torch_fl
+    fa = torch.randn(4).to("fl")
+    def flags_of_a_call():
+        try:
+            torch.neg(fa)
+        except RuntimeError as e:
+            return str(e).split("call flags:")[1].split(")")[0].split()
+        return ["no error"]
+    print("DEFAULT", flags_of_a_call())
+    torch.use_deterministic_algorithms(True)
+    print("TORCH", flags_of_a_call())
+    torch.use_deterministic_algorithms(False)
+    print("AFTER", flags_of_a_call())
+""")
+
+
+@pytest.mark.skipif(not STUB_PLUGIN.exists(), reason="stub plugin not built (configure with -Dtests=enabled)")
+@pytest.mark.parametrize("config_deterministic", [False, True])
+def test_kernels_are_asked_for_determinism_as_torch_or_the_config_says(config_deterministic):
+    # The stub's failing neg kernel names the FL_CALL_* flags of its call.
+    r = run_python(DETERMINISTIC_CODE, env={"FL_PLUGIN_PATH": str(STUB_PLUGIN), "FL_CPU_DEVICES": None,
+                                            "FL_DETERMINISTIC": "1" if config_deterministic else None})
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in r.stdout.splitlines()}
+    assert "'deterministic'" in lines["TORCH"]
+    for when in ("DEFAULT", "AFTER"):
+        assert ("'deterministic'" in lines[when]) == config_deterministic, r.stdout

@@ -5,7 +5,8 @@
 //   devices=N       number of devices (default 1)
 //   ids=a,b,c       stable ids of devices 0..N-1 (default "stub-0", "stub-1", ...)
 //   memory_mb=N     bytes per device reported and enforced, in MiB (default 1024)
-//   fail_neg=0|1    aten::neg.out fails with FL_ERR_DEVICE "stub kernel failure" (default 1)
+//   fail_neg=0|1    aten::neg.out fails with FL_ERR_DEVICE "stub kernel failure (call flags:
+//                   ...)", naming the FL_CALL_* flags it was called with (default 1)
 //   no_device=1     init returns FL_ERR_NO_DEVICE (exercises the "no device" paths)
 //   peer_events=1   offers the extra "fl.stream_wait_peer_event" (logged as
 //                   "stream_wait_peer_event(D<-E)")
@@ -477,7 +478,12 @@ fl_status_t stub_mul_out(const fl_kernel_call* call) {  // mul.out(self, other, 
 fl_status_t stub_neg_out(const fl_kernel_call* call) {  // neg.out(self, *, out)
   return guard([&] {
     record_kernel(call, "aten::neg.out");
-    if (state().fail_neg) raise(FL_ERR_DEVICE, "stub kernel failure");
+    if (state().fail_neg) {
+      std::string flags;
+      if (call->flags & FL_CALL_PRECISE) flags += " precise";
+      if (call->flags & FL_CALL_DETERMINISTIC) flags += " deterministic";
+      raise(FL_ERR_DEVICE, "stub kernel failure (call flags:" + (flags.empty() ? std::string(" none") : flags) + ")");
+    }
     plugin::Args args(call);
     require_stream(call->device, call->stream);
     const fl_tensor& out = args.output(0);

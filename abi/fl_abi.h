@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define FL_ABI_MAJOR 1
-#define FL_ABI_MINOR 0
+#define FL_ABI_MINOR 1
 
 /* Name of the single symbol a plugin exports. */
 #define FL_PLUGIN_ENTRY_SYMBOL "fl_plugin_get_ops"
@@ -150,6 +150,13 @@ typedef struct fl_device_properties {
   int32_t supports_pinned_host;  /* 1: host_malloc/host_free are available and fast */
   int32_t pci_bus_id;            /* -1 when not a PCI device */
   int32_t reserved0;             /* zero */
+  /* Since 1.1. 1: the device's kernels and copies accept a pointer to any host memory (from
+   * malloc, pageable or pinned) wherever they take device memory, so the core may hand them a
+   * tensor that uses host memory in place instead of a copy (zero-copy). The core keeps that
+   * memory alive and unwritten until the work queued on it has run. A CPU device sets it;
+   * a GPU whose device pointers the host can read (host_accessible) need not. */
+  int32_t host_pointers_usable;
+  int32_t reserved1;             /* zero */
 } fl_device_properties;
 
 /* ===================================================================================== */

@@ -42,7 +42,9 @@ FL_PIN(fl_device_properties, host_accessible, 352);
 FL_PIN(fl_device_properties, supports_pinned_host, 356);
 FL_PIN(fl_device_properties, pci_bus_id, 360);
 FL_PIN(fl_device_properties, reserved0, 364);
-FL_PIN_SIZE(fl_device_properties, 368);
+FL_PIN(fl_device_properties, host_pointers_usable, 368);
+FL_PIN(fl_device_properties, reserved1, 372);
+FL_PIN_SIZE(fl_device_properties, 376);
 
 FL_PIN(fl_tensor, struct_size, 0);
 FL_PIN(fl_tensor, data, 8);

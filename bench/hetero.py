@@ -136,10 +136,10 @@ class PairLoop:
     """HeteroDataParallel over `devices`, after `warmup` steps that include its calibration."""
 
     def __init__(self, workload: str, devices: list[str], data: list, warmup: int = 8,
-                 rebalance_every: int = 10, split: list[float] | None = None):
+                 rebalance_every: int = 10, split: list[float] | None = None, host_zero_copy: bool = True):
         torch.manual_seed(0)
         self.hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every,
-                                      split=split)
+                                      split=split, host_zero_copy=host_zero_copy)
         self.data, self.k = data, 0
         self.shards: dict[tuple, int] = {}
         for _ in range(warmup):
@@ -205,13 +205,13 @@ SETTLE_SECONDS = 0.3
 
 
 def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False,
-            split: list[float] | None = None) -> dict:
+            split: list[float] | None = None, host_zero_copy: bool = True) -> dict:
     """Best window of `repeats` for every mode, the modes' windows interleaved."""
     result = {"workload": workload, "batch": batch, "devices": devices, "repeats": repeats, "pinned": pin,
-              "split": split, "alone": {}}
+              "split": split, "host_zero_copy": host_zero_copy, "alone": {}}
     data = _batches(workload, batch, 4, pin=pin)
     plain = {d: PlainLoop(workload, d, data) for d in devices}
-    together = PairLoop(workload, devices, data, split=split)
+    together = PairLoop(workload, devices, data, split=split, host_zero_copy=host_zero_copy)
     single: PairLoop | None = None
     best = {"pair": 0.0, "single": 0.0, **{d: 0.0 for d in devices}}
     try:
@@ -283,6 +283,9 @@ def main() -> None:
                    help="pinned host batches (as a DataLoader with pin_memory=True gives)")
     p.add_argument("--split", nargs="+", type=float, default=None,
                    help="a fixed split for the pair (shard proportions per device) instead of the balancer's")
+    p.add_argument("--host-copy", action="store_true",
+                   help="HeteroDataParallel copies a host-memory device's shard (host_zero_copy=False) "
+                        "instead of using the batch in place")
     p.add_argument("--json", default="")
     args = p.parse_args()
 
@@ -292,7 +295,8 @@ def main() -> None:
     results = []
     for w in args.workloads:
         batch = args.batch_size or WORKLOADS[w][3]
-        r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin, args.split)
+        r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin, args.split,
+                    host_zero_copy=not args.host_copy)
         results.append(r)
         alone_text = "  ".join(f"{d} {v:8.0f}" for d, v in r["alone"].items())
         print(f"\n{w} (batch {batch}): samples/s alone: {alone_text}")

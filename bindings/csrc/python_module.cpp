@@ -3,6 +3,7 @@
 #include "pinned_allocator.h"
 #include "device_timer.h"
 #include "fl_context.h"
+#include "host_view.h"
 #include "generator.h"
 #include "generic_kernels.h"
 #include "op_info.h"
@@ -75,6 +76,7 @@ py::list list_devices() {
     e["alignment"] = d.props.alignment;
     e["dtypes"] = dtype_list(d.props.dtype_mask);
     e["host_accessible"] = d.props.host_accessible != 0;
+    e["host_pointers_usable"] = d.props.host_pointers_usable != 0;
     e["pinned_host_memory"] = d.props.supports_pinned_host != 0;
     e["pci_bus_id"] = d.props.pci_bus_id;
     e["kernels"] = rt.dispatch(i).size();
@@ -217,6 +219,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("staging_cached_bytes", &staging_pool_cached_bytes);
   // Bytes of freed pinned host blocks kept for reuse (pinned_allocator.cpp).
   m.def("pinned_cached_bytes", &pinned_cached_bytes);
+  // An fl tensor using a host tensor's memory in place, on a device whose plugin takes host
+  // pointers (host_view.h); HeteroDataParallel feeds such devices this way.
+  m.def("device_view_of_host", [](const at::Tensor& host, int device) {
+    return device_view_of_host(host, static_cast<c10::DeviceIndex>(device));
+  });
   m.def("output_meta_cache_size", &output_meta_cache_size);
   m.def("config", &config_dict);
   m.def("default_generator", [](int d) {

@@ -76,6 +76,9 @@ fl_status_t device_get_properties(int32_t device, fl_device_properties* props) {
     full.supports_pinned_host = 1;
     full.pci_bus_id = -1;
     full.reserved0 = 0;
+    // Kernels and copies take plain host pointers: host memory is this device's memory.
+    full.host_pointers_usable = full.host_accessible;
+    full.reserved1 = 0;
     // Fill only the fields within both sizes; keep the caller's struct_size.
     size_t caller_size = props->struct_size;
     size_t n = caller_size < sizeof(full) ? caller_size : sizeof(full);

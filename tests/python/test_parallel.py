@@ -505,6 +505,73 @@ def test_a_device_with_a_large_fixed_cost_sits_out():
         hdp.close()
 
 
+class _InputPointers(nn.Module):
+    """Wraps a model; records the device and data pointer of every input it is given."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+        self.seen: list[tuple[torch.device, int]] = []
+
+    def forward(self, x):
+        self.seen.append((x.device, x.data_ptr()))
+        return self.inner(x)
+
+
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["in_place", "copied"])
+def test_a_host_memory_device_computes_on_its_shard_of_a_host_batch_in_place(zero_copy):
+    xs, ys = _data(torch.float64, steps=4, batch=40)
+    before = [x.clone() for x in xs]
+    expected = _single_device_run(torch.float64, xs, ys)
+    hdp = HeteroDataParallel(_InputPointers(_model(torch.float64)), ["fl:0", "fl:1"], _optimizer,
+                             split=[1, 1], host_zero_copy=zero_copy)
+    try:
+        assert hdp._in_place_from_host == [zero_copy, zero_copy]
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        got = [p.detach().cpu() for p in hdp.module.parameters()]
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+        shards = torch.split(xs[-1], hdp.last_shards)
+        for k, replica in enumerate(hdp.replicas):
+            device, pointer = replica.seen[-1]
+            assert device == torch.device(f"fl:{k}")
+            assert (pointer == shards[k].data_ptr()) == zero_copy
+        for x, b in zip(xs, before):  # the caller's batches are left as they were
+            assert torch.equal(x, b)
+    finally:
+        hdp.close()
+
+
+def test_a_column_major_host_batch_gives_the_same_step_as_a_row_major_one():
+    # In place, each device reads its shard with the batch's strides.
+    xs, ys = _data(torch.float64, steps=3, batch=40)
+    expected = _single_device_run(torch.float64, xs, ys)
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, split=[3, 1])
+    try:
+        for x, y in zip(xs, ys):
+            column_major = x.t().contiguous().t()
+            assert not column_major.is_contiguous()
+            hdp.train_step(column_major, y, F.cross_entropy)
+        for g, e in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
+def test_two_plugins_only_a_device_taking_host_pointers_uses_the_batch_in_place():
+    other = _device_of_another_plugin_or_skip()
+    if torch.fl.get_device_properties(other)["host_pointers_usable"]:
+        pytest.skip(f"{other} takes host pointers too")
+    with pytest.raises(RuntimeError, match="cannot use host memory in place"):
+        torch_fl._C.device_view_of_host(torch.ones(4), torch.device(other).index)
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", other], _optimizer, split=[1, 1])
+    try:
+        assert hdp._in_place_from_host == [True, False]
+    finally:
+        hdp.close()
+
+
 def _device_of_another_plugin_or_skip() -> str:
     """A device of a plugin other than fl:0's; skips the test when the build has none (the
     template-plugin subprocess test below runs these tests where it has)."""
@@ -725,6 +792,7 @@ def test_two_plugins_in_a_process_with_the_template_plugin(tmp_path):
             "t.test_two_plugins_replicas_pull_weights_in_their_own_thread()\n"
             "t.test_two_plugins_replicas_pull_buffers_from_the_snapshot()\n"
             "t.test_two_plugins_master_alone_steps_take_no_snapshot()\n"
+            "t.test_two_plugins_only_a_device_taking_host_pointers_uses_the_batch_in_place()\n"
             "print('ok')") % str(Path(__file__).resolve().parent)
     r = run_python(code, env={"FL_CONFIG": str(config), "FL_CPU_DEVICES": "1",
                               "FL_PLUGIN_PATH": ":".join(str(p) for p in plugins)}, timeout=300)

@@ -260,13 +260,15 @@ step_interference() {
 # bench/hetero.py on the copy-bound wide MLP, pageable and pinned, for each CPU-plugin thread
 # count in FL_PAIR_CPU_THREADS (default "default 12"; "default" = all cores); FL_PAIR_BATCH sets the
 # batch (default: the workload's), FL_PAIR_SPLIT a fixed split (default: the balancer's),
-# FL_PAIR_PINS the host batches (default "pageable pinned").
+# FL_PAIR_PINS the host batches (default "pageable pinned"), FL_PAIR_ARGS more bench/hetero.py arguments.
 step_pair_wide() {
   both_plugins_env
   local rc=0 threads pin w="${FL_INTERFERENCE_WORKLOAD:-wide}" extra=()
   [[ -n "${FL_PAIR_BATCH:-}" ]] && extra+=(--batch-size "$FL_PAIR_BATCH")
   # shellcheck disable=SC2206
   [[ -n "${FL_PAIR_SPLIT:-}" ]] && extra+=(--split $FL_PAIR_SPLIT)
+  # shellcheck disable=SC2206
+  [[ -n "${FL_PAIR_ARGS:-}" ]] && extra+=($FL_PAIR_ARGS)
   for threads in ${FL_PAIR_CPU_THREADS:-default 12}; do
     for pin in ${FL_PAIR_PINS:-pageable pinned}; do
       if [[ "$pin" == pinned ]]; then pin=--pin; else pin=""; fi

@@ -136,6 +136,8 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 import torch.nn as nn
 
+from . import _C
+
 __all__ = ["ThroughputBalancer", "HeteroDataParallel", "synchronize_device", "device_context",
            "step_timeline_summary"]
 
@@ -546,19 +548,30 @@ def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
     raise TypeError(f"cannot split a batch of type {type(value).__name__}")
 
 
-def _to(value: Any, device: torch.device) -> Any:
+def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> Any:
     """`value` on `device`. Onto an accelerator, with non_blocking: a tensor in pinned host
     memory is copied without waiting (queued on the device's current stream, as
     DataLoader(pin_memory=True) batches are moved with CUDA), one in pageable memory is read
     before returning. Onto the host, blocking: a replica on the native CPU computes at once,
-    with nothing to order it after a copy still queued on an fl device."""
+    with nothing to order it after a copy still queued on an fl device. With
+    `in_place_from_host` (an fl device whose plugin takes host pointers), a host tensor that
+    does not require grad is not copied: the device uses its memory in place."""
     if isinstance(value, torch.Tensor):
+        if in_place_from_host and value.device.type == "cpu" and not value.requires_grad:
+            index = device.index if device.index is not None else torch.fl.current_device()
+            return _C.device_view_of_host(value, index)
         return value.to(device, non_blocking=device.type != "cpu")
     if isinstance(value, (tuple, list)):
-        return type(value)(_to(v, device) for v in value)
+        return type(value)(_to(v, device, in_place_from_host) for v in value)
     if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
+        return {k: _to(v, device, in_place_from_host) for k, v in value.items()}
     return value
+
+
+def _takes_host_pointers(device: torch.device) -> bool:
+    """Whether `device` is an fl device whose plugin uses host memory as device memory (the
+    CPU plugin): it can compute on a host batch in place."""
+    return device.type == "fl" and bool(torch.fl.get_device_properties(device).get("host_pointers_usable"))
 
 
 def _batch_size(value: Any) -> int:
@@ -610,6 +623,10 @@ class HeteroDataParallel:
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.
+        host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
+            plugin) computes on its shard of a host batch in place instead of a copy of it —
+            as nn.DataParallel leaves the shard that is already on its device. Then a module
+            that writes its inputs in place writes the caller's batch; False copies.
 
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
@@ -627,10 +644,12 @@ class HeteroDataParallel:
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
                  probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
-                 debug: bool = False):
+                 debug: bool = False, host_zero_copy: bool = True):
         self.devices = [torch.device(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
+        # Per device: its shards of a host batch are used in place (see host_zero_copy).
+        self._in_place_from_host = [bool(host_zero_copy) and _takes_host_pointers(d) for d in self.devices]
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
         self._auto_reduce = reduce_device is None
@@ -748,7 +767,8 @@ class HeteroDataParallel:
         device = self.devices[index]
         if index in self._stale:  # the last update, pulled on a side stream of the master
             self._copy_from_master(index, side_stream=True)
-        x, y = _to(inputs, device), _to(targets, device)
+        in_place = self._in_place_from_host[index]
+        x, y = _to(inputs, device, in_place), _to(targets, device, in_place)
         for p in replica.parameters():
             p.grad = None
         loss = loss_fn(_call(replica, x), y)

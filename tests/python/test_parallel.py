@@ -819,12 +819,17 @@ def test_the_step_timeline_records_where_each_multi_device_step_went():
                 assert 0 < marks["dispatched"] <= marks["synced"]
                 if i != hdp._master_index:  # waited for before the join (the master is timed
                     assert marks["synced"] <= rec["joined"]  # by events and not waited for)
+                    # ... and it sent its gradients to the master itself, after its device was
+                    # done and before the join.
+                    assert marks["synced"] <= marks["shipping"] <= marks["shipped"] <= rec["joined"]
             assert rec["joined"] <= rec["reduced"] <= rec["optimizer"] <= rec["total"]
         summary = step_timeline_summary(hdp.timeline)
         assert list(summary) == ["[20, 20]"] and summary["[20, 20]"]["steps"] == 4
         mean_total = 1e3 * sum(r["total"] for r in hdp.timeline) / 4
         assert abs(summary["[20, 20]"]["total"] - mean_total) < 1e-3
         assert {"dev0_dispatched", "dev0_synced", "dev1_dispatched", "dev1_synced"} <= set(summary["[20, 20]"])
+        replica = 1 - hdp._master_index
+        assert {f"dev{replica}_shipping", f"dev{replica}_shipped"} <= set(summary["[20, 20]"])
         hdp.timeline = None
         hdp.train_step(xs[0], ys[0], F.cross_entropy)  # recording off again: no error, nothing kept
     finally:

@@ -294,6 +294,13 @@ step_host_bandwidth() {
   return $rc
 }
 
+# A diagnostic script (FL_PROBE_SCRIPT, default tools/gpu/probe_gradient_shipping.py) with both
+# plugins' devices.
+step_probe() {
+  both_plugins_env
+  timeout 120 "$PY" "${FL_PROBE_SCRIPT:-tools/gpu/probe_gradient_shipping.py}"
+}
+
 step_hetero_gpus() {
   both_plugins_env
   if (( $(cuda_device_count) < 2 )); then echo "one CUDA device: nothing to run"; return 0; fi

@@ -262,7 +262,7 @@ def step_timeline_summary(timeline: Sequence[dict]) -> dict[str, dict]:
         for k in ("joined", "reduced", "optimizer", "total"):
             summary[k] = mean_ms([r[k] for r in recs])
         for i in recs[0]["devices"]:
-            for k in ("dispatched", "synced"):
+            for k in ("dispatched", "synced", "shipping", "shipped"):
                 vals = [r["devices"][i][k] for r in recs if k in r["devices"].get(i, {})]
                 if vals:
                     summary[f"dev{i}_{k}"] = mean_ms(vals)
@@ -631,7 +631,9 @@ class HeteroDataParallel:
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
             step's time went, in seconds from the step's start: per device "dispatched" (its
-            pull, copy, forward and backward queued) and "synced" (its device finished);
+            pull, copy, forward and backward queued) and "synced" (its device finished), and
+            for a replica that sends its gradients to the master itself "shipping" (it starts,
+            once the master's shard is queued) and "shipped" (the copies are queued);
             then "joined" (every shard waited for is done), "reduced" (gradients summed, or
             their sums queued), "optimizer" (the step queued) and "total" (loss read back).
             The master's shard is not waited for when its device times events: its "synced"
@@ -796,7 +798,10 @@ class HeteroDataParallel:
                 self._marks[index] = {"dispatched": dispatched, "synced": end}
             if ship_on is not None:
                 self._master_queued.wait()
+                shipping = time.perf_counter()
                 self._shipped[index] = self._ship_gradients(index, ship_on)
+                if self.timeline is not None:
+                    self._marks[index].update(shipping=shipping, shipped=time.perf_counter())
                 return float(loss), end - start
             return loss, end - start
 

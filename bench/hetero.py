@@ -136,10 +136,11 @@ class PairLoop:
     """HeteroDataParallel over `devices`, after `warmup` steps that include its calibration."""
 
     def __init__(self, workload: str, devices: list[str], data: list, warmup: int = 8,
-                 rebalance_every: int = 10, split: list[float] | None = None, host_zero_copy: bool = True):
+                 rebalance_every: int = 10, split: list[float] | None = None, host_zero_copy: bool = True,
+                 reduce_device: str | None = None):
         torch.manual_seed(0)
         self.hdp = HeteroDataParallel(WORKLOADS[workload][0](), devices, _optimizer, rebalance_every=rebalance_every,
-                                      split=split, host_zero_copy=host_zero_copy)
+                                      split=split, host_zero_copy=host_zero_copy, reduce_device=reduce_device)
         self.data, self.k = data, 0
         self.shards: dict[tuple, int] = {}
         for _ in range(warmup):
@@ -205,13 +206,14 @@ SETTLE_SECONDS = 0.3
 
 
 def measure(workload: str, devices: list[str], batch: int, steps: int, repeats: int, pin: bool = False,
-            split: list[float] | None = None, host_zero_copy: bool = True) -> dict:
+            split: list[float] | None = None, host_zero_copy: bool = True, reduce_device: str | None = None) -> dict:
     """Best window of `repeats` for every mode, the modes' windows interleaved."""
     result = {"workload": workload, "batch": batch, "devices": devices, "repeats": repeats, "pinned": pin,
-              "split": split, "host_zero_copy": host_zero_copy, "alone": {}}
+              "split": split, "host_zero_copy": host_zero_copy, "reduce_device": reduce_device, "alone": {}}
     data = _batches(workload, batch, 4, pin=pin)
     plain = {d: PlainLoop(workload, d, data) for d in devices}
-    together = PairLoop(workload, devices, data, split=split, host_zero_copy=host_zero_copy)
+    together = PairLoop(workload, devices, data, split=split, host_zero_copy=host_zero_copy,
+                        reduce_device=reduce_device)
     single: PairLoop | None = None
     best = {"pair": 0.0, "single": 0.0, **{d: 0.0 for d in devices}}
     try:
@@ -286,17 +288,25 @@ def main() -> None:
     p.add_argument("--host-copy", action="store_true",
                    help="HeteroDataParallel copies a host-memory device's shard (host_zero_copy=False) "
                         "instead of using the batch in place")
+    p.add_argument("--reduce-device", default=None,
+                   help="the pair's reduction device, one of --devices or its plugin's name (default: the "
+                        "fastest in calibration; with --split, the first device)")
     p.add_argument("--json", default="")
     args = p.parse_args()
 
+    names = list(args.devices)
     args.devices = _resolve_devices(args.devices)
+    if args.reduce_device is not None and args.reduce_device not in args.devices:
+        if args.reduce_device not in names:
+            raise SystemExit(f"--reduce-device {args.reduce_device} is not one of --devices {names}")
+        args.reduce_device = args.devices[names.index(args.reduce_device)]
     print("devices:", ", ".join(_describe(d) for d in args.devices),
           f"(FL_CPU_THREADS={os.environ.get('FL_CPU_THREADS', 'unset')})")
     results = []
     for w in args.workloads:
         batch = args.batch_size or WORKLOADS[w][3]
         r = measure(w, args.devices, batch, args.steps, args.repeats, args.pin, args.split,
-                    host_zero_copy=not args.host_copy)
+                    host_zero_copy=not args.host_copy, reduce_device=args.reduce_device)
         results.append(r)
         alone_text = "  ".join(f"{d} {v:8.0f}" for d, v in r["alone"].items())
         print(f"\n{w} (batch {batch}): samples/s alone: {alone_text}")

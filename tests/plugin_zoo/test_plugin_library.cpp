@@ -99,7 +99,7 @@ TEST_CASE("the stub opens without side effects and reports its identity") {
   CHECK(stub_call_log(*plugin).empty());
   const std::string log = capture.text();
   CHECK_THAT(log, Catch::Contains(plugin->path().string() + ": opened"));
-  CHECK_THAT(log, Catch::Contains("ABI 1.0 accepted"));
+  CHECK_THAT(log, Catch::Contains("ABI 1." + std::to_string(FL_ABI_MINOR) + " accepted"));
 }
 
 TEST_CASE("the stub initializes, lists devices and kernels in call order, and shuts down once") {
@@ -175,7 +175,9 @@ TEST_CASE("the open steps refuse each broken plugin with the step and the reason
   expect_open_fails(zoo("zoo_missing_dep"), LoadStep::Open, "libfl_zoo_dep.so");
   expect_open_fails(zoo("zoo_missing_entry"), LoadStep::EntrySymbol, "'fl_plugin_get_ops' not exported");
   expect_open_fails(zoo("zoo_null_table"), LoadStep::Table, "returned NULL");
-  expect_open_fails(zoo("zoo_wrong_major"), LoadStep::Version, "plugin ABI 2.0, host ABI 1.0; accepted: major 1");
+  expect_open_fails(zoo("zoo_wrong_major"), LoadStep::Version,
+                    "plugin ABI 2." + std::to_string(FL_ABI_MINOR) + ", host ABI 1." + std::to_string(FL_ABI_MINOR) +
+                        "; accepted: major 1");
   expect_open_fails(zoo("zoo_short_struct"), LoadStep::StructSize, "below the minimum");
   expect_open_fails(zoo("zoo_null_required"), LoadStep::RequiredEntries, "required entry 'fl_malloc' is NULL");
   expect_open_fails(zoo("zoo_empty_name"), LoadStep::RequiredEntries, "plugin_name");
@@ -237,6 +239,7 @@ TEST_CASE("a plugin of a newer minor with a longer table loads and runs") {
 
 TEST_CASE("a plugin of an older minor loads; entries beyond its struct_size read as absent") {
   auto plugin = PluginLibrary::open(zoo("zoo_older_minor"));
+  CHECK(plugin->abi_minor() == 0);
   CHECK(plugin->ops().struct_size == FL_DEVICE_OPS_MIN_SIZE);
   CHECK(plugin->entry(&fl_device_ops::get_proc_address) == nullptr);
   CHECK(plugin->ops().get_proc_address == nullptr);
@@ -245,6 +248,12 @@ TEST_CASE("a plugin of an older minor loads; entries beyond its struct_size read
   plugin->initialize("");
   CHECK(plugin->device_count() == 1);
   CHECK(plugin->kernels().size() == 3);
+  // A 1.0 plugin fills the device properties up to 1.0's end: the 1.1 field reads 0 (the stub
+  // it wraps would say 1), so the core copies into its memory as before.
+  CHECK(plugin->devices().at(0).host_pointers_usable == 0);
+  auto stub = PluginLibrary::open(FL_STUB_PLUGIN);
+  stub->initialize("");
+  CHECK(stub->devices().at(0).host_pointers_usable == 1);
 }
 
 TEST_CASE("the same plugin under two file names loads twice with separate state (RTLD_LOCAL)") {

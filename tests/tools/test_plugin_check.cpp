@@ -1,6 +1,7 @@
 // test_plugin_check.cpp — fl-plugin-check's verdicts on the stub, the broken-plugin zoo and
 // (when it is built) the CPU plugin, read from its --json output and exit status.
 #include <catch2/catch.hpp>
+#include <fl_abi.h>
 
 #include <nlohmann/json.hpp>
 
@@ -118,7 +119,8 @@ TEST_CASE("each broken plugin fails the check that must catch it, with the reaso
   const std::map<std::string, std::pair<std::string, std::string>> expected = {
       {"zoo_missing_entry", {"exported symbols", "'fl_plugin_get_ops' is not exported"}},
       {"zoo_null_table", {"negotiation", "returned NULL"}},
-      {"zoo_wrong_major", {"negotiation", "version: plugin ABI 2.0, host ABI 1.0"}},
+      {"zoo_wrong_major", {"negotiation", "version: plugin ABI 2." + std::to_string(FL_ABI_MINOR) +
+                                              ", host ABI 1." + std::to_string(FL_ABI_MINOR)}},
       {"zoo_short_struct", {"negotiation", "struct size: struct_size"}},
       {"zoo_null_required", {"negotiation", "required entry 'fl_malloc' is NULL"}},
       {"zoo_empty_name", {"negotiation", "plugin_name is NULL or empty"}},

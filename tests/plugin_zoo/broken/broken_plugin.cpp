@@ -6,8 +6,9 @@
 //   ZOO_NULL_TABLE        the entry returns NULL
 //   ZOO_WRONG_MAJOR       abi_major = FL_ABI_MAJOR + 1
 //   ZOO_NEWER_MINOR       abi_minor + 1 and a longer table (appended fields): loads fine
-//   ZOO_OLDER_MINOR       struct_size = FL_DEVICE_OPS_MIN_SIZE; get_proc_address lies beyond
-//                         it (set to a function that aborts, so reading it is caught): loads fine
+//   ZOO_OLDER_MINOR       ABI 1.0: struct_size = FL_DEVICE_OPS_MIN_SIZE; get_proc_address lies
+//                         beyond it (set to a function that aborts, so reading it is caught);
+//                         device properties filled up to 1.0's end: loads fine
 //   ZOO_SHORT_STRUCT      struct_size below FL_DEVICE_OPS_MIN_SIZE
 //   ZOO_NULL_REQUIRED     fl_malloc is NULL
 //   ZOO_EMPTY_NAME        plugin_name is ""
@@ -58,6 +59,22 @@ struct NewerOps {
 #if defined(ZOO_OLDER_MINOR)
 // Read by nobody: the table's struct_size ends before get_proc_address.
 void* must_not_be_called(const char*) { std::abort(); }
+
+// As a 1.0 plugin fills them: the stub's properties up to 1.0's end (host_pointers_usable is
+// 1.1's), whatever the caller's struct_size.
+fl_status_t properties_of_abi_1_0(int32_t device, fl_device_properties* props) {
+  if (props == nullptr) return fl::stub::base_ops().device_get_properties(device, props);
+  fl_device_properties full{};
+  full.struct_size = sizeof(full);
+  const fl_status_t status = fl::stub::base_ops().device_get_properties(device, &full);
+  if (status != FL_OK) return status;
+  const size_t v1_0 = offsetof(fl_device_properties, host_pointers_usable);
+  const size_t n = props->struct_size < v1_0 ? props->struct_size : v1_0;
+  if (n > sizeof(size_t))
+    std::memcpy(reinterpret_cast<char*>(props) + sizeof(size_t), reinterpret_cast<const char*>(&full) + sizeof(size_t),
+                n - sizeof(size_t));
+  return FL_OK;
+}
 #endif
 
 #if defined(ZOO_INIT_ERROR)
@@ -164,8 +181,10 @@ namespace {
   ops.abi_minor = FL_ABI_MINOR + 1;
   ops.struct_size = sizeof(NewerOps);
 #elif defined(ZOO_OLDER_MINOR)
+  ops.abi_minor = 0;
   ops.struct_size = FL_DEVICE_OPS_MIN_SIZE;
   ops.get_proc_address = must_not_be_called;
+  ops.device_get_properties = properties_of_abi_1_0;
 #elif defined(ZOO_SHORT_STRUCT)
   ops.struct_size = FL_DEVICE_OPS_MIN_SIZE - sizeof(void*);
 #elif defined(ZOO_NULL_REQUIRED)

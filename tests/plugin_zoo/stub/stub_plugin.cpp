@@ -216,6 +216,8 @@ fl_status_t stub_device_get_properties(int32_t device, fl_device_properties* pro
     props->supports_pinned_host = 0;
     props->pci_bus_id = -1;
     props->reserved0 = 0;
+    props->host_pointers_usable = 1;  // its memory is host memory, its kernels host loops
+    props->reserved1 = 0;
   });
 }
 

@@ -165,6 +165,7 @@ class PairLoop:
         return {"samples_per_s": best, "shards": max(self.shards, key=self.shards.get),
                 "shards_seen": {str(list(k)): v for k, v in sorted(self.shards.items(), key=lambda kv: -kv[1])},
                 "balancer": self.hdp.balancer.state_dict(),
+                "balancer_history": list(self.hdp.balancer.history),
                 "timeline": step_timeline_summary(self.hdp.timeline or []),
                 "calibration_points": self.hdp.calibration_points}
 

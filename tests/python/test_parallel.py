@@ -852,3 +852,22 @@ def test_synchronize_device_waits_for_that_device_not_the_current_one():
     # (The stream itself may hold more by now: the allocator's own bookkeeping.)
     assert queued.query()
     assert torch.fl.current_device() == 0
+
+
+def test_the_balancer_logs_its_plans_and_recorded_steps():
+    b = ThroughputBalancer(2, probe_every=5)
+    b.calibrate(0, [(10, 1.0), (40, 4.0)])
+    b.calibrate(1, [(10, 0.5), (40, 2.0)])
+    sizes = b.plan(40)  # the model's split has no record yet: it runs
+    assert all(n > 0 for n in sizes)
+    b.record_step(sizes, 3.0)
+    b.plan(40)
+    plans = [e for e in b.history if "plan" in e]
+    steps = [e for e in b.history if "step" in e]
+    assert [e["plan"] for e in plans] == [1, 2]
+    assert plans[0]["chose"] == "0,1" and plans[0]["records"] == {"0": 0.1, "1": 0.05}
+    assert steps == [{"step": "0,1", "during_plan": 1, "s_per_sample": 3.0 / 40, "record": 3.0 / 40}]
+    assert plans[1]["records"]["0,1"] == 3.0 / 40
+    assert plans[1]["chose"] == "1" and not plans[1]["probing"]  # the best record: device 1 alone
+    b.plan(40, count=False)  # a re-plan between re-balances is not logged
+    assert len([e for e in b.history if "plan" in e]) == 2

@@ -124,6 +124,7 @@ every device's Python dispatch shares one interpreter (launch-bound models do no
 """
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import contextlib
 import copy
@@ -298,6 +299,7 @@ class ThroughputBalancer:
     (cuDNN plans, allocator blocks)."""
 
     MAX_BACKOFF = 6  # a candidate waits at most probe_every·2^6 plans between probes
+    HISTORY = 256  # plans and recorded steps kept in `history`
 
     def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 2.0):
         if num_devices < 1:
@@ -321,6 +323,11 @@ class ThroughputBalancer:
         self.observations = 0
         self.plans = 0
         self.probing = False  # the last plan re-tries a set that measured slower: run it once
+        # The last HISTORY events, oldest first, to see why a split ran: {"plan": n, "chose":
+        # device set, "probing": bool, "records": {device set: s/sample}} per counted plan,
+        # and {"step": device set, "during_plan": n, "s_per_sample": measured, "record": after}
+        # per recorded step.
+        self.history: collections.deque[dict] = collections.deque(maxlen=self.HISTORY)
 
     # -- model updates
 
@@ -377,8 +384,12 @@ class ThroughputBalancer:
             self.losses[key] = 0 if won else min(self.losses.get(key, 0) + 1, self.MAX_BACKOFF)
             if won or old is None:
                 self.measured[key] = now
+                self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now, "record": now,
+                                     "probe_won": won})
                 return
         self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
+        self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now,
+                             "record": self.measured[key]})
 
     def beaten(self, shard_sizes: Sequence[int]) -> bool:
         """Whether the device set of this split now has a worse record (time per sample) than
@@ -452,6 +463,15 @@ class ThroughputBalancer:
         return min(alone)[1] if alone else None
 
     def plan(self, batch_size: int, granularity: int = 1, count: bool = True) -> list[int]:
+        """The split to run next (see _choose); a counted plan is logged in `history`."""
+        sizes = self._choose(batch_size, granularity, count)
+        if count:
+            self.history.append({"plan": self.plans, "chose": self._key(i for i, n in enumerate(sizes) if n > 0),
+                                 "probing": self.probing,
+                                 "records": {k: self.measured[k] for k in self._candidates if k in self.measured}})
+        return sizes
+
+    def _choose(self, batch_size: int, granularity: int = 1, count: bool = True) -> list[int]:
         """The split to run next. Candidates: the model's split, and each device alone.
         Normally the candidate whose device set measured the lowest time per sample (the
         model's split is tried as soon as its set has no record); every `probe_every`-th plan

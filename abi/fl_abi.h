@@ -153,8 +153,9 @@ typedef struct fl_device_properties {
   /* Since 1.1. 1: the device's kernels and copies accept a pointer to any host memory (from
    * malloc, pageable or pinned) wherever they take device memory, so the core may hand them a
    * tensor that uses host memory in place instead of a copy (zero-copy). The core keeps that
-   * memory alive and unwritten until the work queued on it has run. A CPU device sets it;
-   * a GPU whose device pointers the host can read (host_accessible) need not. */
+   * memory allocated until the work queued on it has run (by events on every stream); not
+   * writing it meanwhile is its caller's duty. A CPU device sets it; a GPU whose device
+   * pointers the host can read (host_accessible) need not. */
   int32_t host_pointers_usable;
   int32_t reserved1;             /* zero */
 } fl_device_properties;

@@ -80,6 +80,13 @@ bool StreamRegistry::query(int64_t id) {
   return done != 0;
 }
 
+std::vector<int64_t> StreamRegistry::ids() const {
+  std::lock_guard lock(mutex_);
+  std::vector<int64_t> out(streams_.size() + 1);
+  for (size_t k = 0; k < out.size(); ++k) out[k] = static_cast<int64_t>(k);
+  return out;
+}
+
 void StreamRegistry::synchronize_all() {
   plugin_->check(plugin_->ops().device_synchronize(local_), "device_synchronize");
 }

@@ -32,6 +32,7 @@ class StreamRegistry {
   void synchronize(int64_t id);
   bool query(int64_t id);
   void synchronize_all();
+  std::vector<int64_t> ids() const;       // every stream so far: 0 and each created or pooled one
 
   // Events (plugin handles, owned by the caller until destroy_event).
   fl_event_t create_event(bool timing);

@@ -47,6 +47,8 @@ class FlHooks final : public at::PrivateUse1HooksInterface {
     return at::Device(c10::DeviceType::PrivateUse1, current_device());
   }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    // A view of host memory (host_view.h) is not resizable: a new block would stop aliasing.
+    TORCH_CHECK(storage.resizable(), "fl: trying to resize a storage that is not resizable");
     const c10::Device device = storage.device();
     const c10::DeviceGuard guard(device);
     c10::DataPtr fresh = device_allocator().allocate(newsize);

@@ -190,6 +190,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("synchronize", [](int d) {
     py::gil_scoped_release no_gil;  // other Python threads run while the device drains
     translate_errors("synchronize: ", [&] { runtime().streams(d).synchronize_all(); });
+    release_finished_host_views();  // the views dropped before it have nothing left queued
   });
   m.def("memory_stats", &memory_stats);
   m.def("empty_cache", [] { device_allocator().emptyCache(); });
@@ -224,6 +225,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("device_view_of_host", [](const at::Tensor& host, int device) {
     return device_view_of_host(host, static_cast<c10::DeviceIndex>(device));
   });
+  // Gives back the host memory of dropped views whose device work has run; returns how many
+  // dropped views still hold theirs.
+  m.def("release_finished_host_views", &release_finished_host_views);
   m.def("output_meta_cache_size", &output_meta_cache_size);
   m.def("config", &config_dict);
   m.def("default_generator", [](int d) {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,15 +80,12 @@ unsigned int schedule_flag(SyncMode mode) {
 //   copy_threads=N  host threads that stage large copies from pageable memory (or
 //                   FL_CUDA_COPY_THREADS; default 4, fewer on a process allowed fewer than 8
 //                   CPUs, none with 2 or fewer; 0: the driver stages them, with one thread)
-//   sync=MODE       how host threads wait for the device: auto (the driver's default), spin,
-//                   yield or blocking (or FL_CUDA_SYNC; the option wins)
+//   sync=MODE       how host threads wait for the device: auto (the context's flags as they
+//                   are: the driver's default unless set before), spin, yield or blocking (or
+//                   FL_CUDA_SYNC; the option wins)
 void apply_options(const std::string& options, PluginState& s) {
-  int copy_threads = default_pageable_upload_threads();
-  if (const char* env = std::getenv("FL_CUDA_COPY_THREADS"); env != nullptr && *env != '\0')
-    copy_threads = parse_copy_threads(env, "FL_CUDA_COPY_THREADS=");
-  s.sync = SyncMode::automatic;
-  if (const char* env = std::getenv("FL_CUDA_SYNC"); env != nullptr && *env != '\0')
-    s.sync = parse_sync_mode(env, "FL_CUDA_SYNC=");
+  std::optional<int> copy_threads;
+  std::optional<SyncMode> sync;
   size_t start = 0;
   while (start <= options.size()) {
     size_t end = options.find(';', start);
@@ -107,12 +105,24 @@ void apply_options(const std::string& options, PluginState& s) {
     } else if (key == "copy_threads") {
       copy_threads = parse_copy_threads(value, "option copy_threads=");
     } else if (key == "sync") {
-      s.sync = parse_sync_mode(value, "option sync=");
+      sync = parse_sync_mode(value, "option sync=");
     } else {
       log_message(FL_LOG_WARN, "cuda plugin: ignoring unknown option '" + key + "'");
     }
   }
-  configure_pageable_uploads(copy_threads);
+  // The environment counts only where the options say nothing (an option wins, and a bad
+  // variable beside a good option is not read).
+  if (!copy_threads) {
+    const char* env = std::getenv("FL_CUDA_COPY_THREADS");
+    copy_threads = env != nullptr && *env != '\0' ? parse_copy_threads(env, "FL_CUDA_COPY_THREADS=")
+                                                   : default_pageable_upload_threads();
+  }
+  if (!sync) {
+    const char* env = std::getenv("FL_CUDA_SYNC");
+    sync = env != nullptr && *env != '\0' ? parse_sync_mode(env, "FL_CUDA_SYNC=") : SyncMode::automatic;
+  }
+  s.sync = *sync;
+  configure_pageable_uploads(*copy_threads);
 }
 
 }  // namespace
@@ -145,9 +155,13 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
     for (int i = 0; i < count; ++i) {
       check_gpu(gpuSetDevice(i), "cudaSetDevice");
       if (s.sync != SyncMode::automatic) {
-        // Sets the primary context's flags; with a context already active (torch's own CUDA
-        // in this process) the runtime updates it, and an older one refuses: then say so.
-        const gpuError_t flags_err = gpuSetDeviceFlags(schedule_flag(s.sync));
+        // Changes only the scheduling bits of the primary context's flags (auto leaves them
+        // as they are); with a context already active (torch's own CUDA in this process) the
+        // runtime updates it, and an older one refuses: then say so.
+        unsigned int flags = 0;
+        gpuError_t flags_err = gpuGetDeviceFlags(&flags);
+        if (flags_err == gpuSuccess)
+          flags_err = gpuSetDeviceFlags((flags & ~static_cast<unsigned int>(gpuDeviceScheduleMask)) | schedule_flag(s.sync));
         if (flags_err != gpuSuccess) {
           (void)gpuGetLastError();
           log_message(FL_LOG_WARN, "cuda plugin: device " + std::to_string(i) + ": the sync option was not applied (" +

@@ -56,6 +56,8 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuEventDefault cudaEventDefault
 #define gpuEventBlockingSync cudaEventBlockingSync
 #define gpuSetDeviceFlags cudaSetDeviceFlags
+#define gpuGetDeviceFlags cudaGetDeviceFlags
+#define gpuDeviceScheduleMask cudaDeviceScheduleMask
 #define gpuDeviceScheduleSpin cudaDeviceScheduleSpin
 #define gpuDeviceScheduleYield cudaDeviceScheduleYield
 #define gpuDeviceScheduleBlockingSync cudaDeviceScheduleBlockingSync

@@ -63,6 +63,8 @@ using gpu_bfloat16 = hip_bfloat16;
 #define gpuEventDefault hipEventDefault
 #define gpuEventBlockingSync hipEventBlockingSync
 #define gpuSetDeviceFlags hipSetDeviceFlags
+#define gpuGetDeviceFlags hipGetDeviceFlags
+#define gpuDeviceScheduleMask hipDeviceScheduleMask
 #define gpuDeviceScheduleSpin hipDeviceScheduleSpin
 #define gpuDeviceScheduleYield hipDeviceScheduleYield
 #define gpuDeviceScheduleBlockingSync hipDeviceScheduleBlockingSync

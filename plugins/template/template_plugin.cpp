@@ -127,6 +127,10 @@ fl_status_t plugin_device_get_properties(int32_t device, fl_device_properties* p
     if (FL_HAS(props, supports_pinned_host)) props->supports_pinned_host = 0;
     if (FL_HAS(props, pci_bus_id)) props->pci_bus_id = -1;
     if (FL_HAS(props, reserved0)) props->reserved0 = 0;
+    // VENDOR: 1 only if your kernels take any host pointer as device memory (a CPU-like
+    // device); the template's kernels could, but it stands for a device with its own memory.
+    if (FL_HAS(props, host_pointers_usable)) props->host_pointers_usable = 0;
+    if (FL_HAS(props, reserved1)) props->reserved1 = 0;
   });
 }
 

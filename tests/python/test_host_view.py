@@ -64,3 +64,45 @@ def test_an_empty_tensor_gives_an_empty_view():
 def test_a_tensor_not_on_the_host_is_refused():
     with pytest.raises(RuntimeError, match="not cpu"):
         torch_fl._C.device_view_of_host(torch.ones(3).to("fl:0"), 0)
+
+
+def test_dropping_a_view_does_not_wait_for_the_device_and_releases_the_memory_later():
+    stream = torch.fl.current_stream(0)
+    n = 1536
+    view = torch_fl._C.device_view_of_host(torch.ones(n, n), 0)
+    acc = view
+    for _ in range(8):  # 56 GFLOP of queued products: a good fraction of a second here
+        acc = acc @ view
+    del view  # the last reference: the storage dies here
+    assert not stream.query()  # the drop queued an event instead of waiting for the stream
+    assert torch_fl._C.release_finished_host_views() >= 1  # still held: the products read it
+    torch.fl.synchronize()
+    assert torch_fl._C.release_finished_host_views() == 0
+    assert acc[0, 0].item() == pytest.approx(float(n) ** 8, rel=1e-6)  # ones, times n per product
+
+
+def test_dropping_a_view_leaves_a_device_error_for_the_next_synchronize():
+    a = torch.ones(3, device="fl:0")
+    torch.index_select(a, 0, torch.tensor([7], device="fl:0"))  # fails on the stream
+    view = torch_fl._C.device_view_of_host(torch.ones(8), 0)
+    del view
+    gc.collect()
+    with pytest.raises(RuntimeError, match="index"):
+        torch.fl.synchronize()
+
+
+def test_tensors_a_view_would_misread_are_refused():
+    with pytest.raises(RuntimeError, match="requires grad"):
+        torch_fl._C.device_view_of_host(torch.ones(3, requires_grad=True), 0)
+    conj_imag = torch.randn(4, dtype=torch.cfloat).conj().imag  # a lazy negation
+    assert conj_imag.is_neg()
+    with pytest.raises(RuntimeError, match="negation or conjugation"):
+        torch_fl._C.device_view_of_host(conj_imag, 0)
+
+
+def test_a_view_cannot_be_resized_away_from_the_host_memory():
+    host = torch.ones(16)
+    view = torch_fl._C.device_view_of_host(host, 0)
+    with pytest.raises(RuntimeError, match="not resizable"):
+        view.untyped_storage().resize_(1024)
+    assert view.data_ptr() == host.data_ptr()

@@ -543,6 +543,35 @@ def test_a_host_memory_device_computes_on_its_shard_of_a_host_batch_in_place(zer
         hdp.close()
 
 
+class _ReluInputInPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = nn.Linear(12, 4, dtype=torch.float64)
+
+    def forward(self, x):
+        return self.lin(x.relu_())  # writes its input, as nn.ReLU(inplace=True) first would
+
+
+@pytest.mark.parametrize("split", [None, [1, 1]], ids=["calibrated", "fixed"])
+def test_a_model_writing_its_inputs_in_place_is_noticed_and_then_gets_copies(split):
+    xs, ys = _data(torch.float64, steps=3, batch=40)
+    before = [x.clone() for x in xs]
+    hdp = HeteroDataParallel(_ReluInputInPlace(), ["fl:0", "fl:1"], _optimizer, split=split)
+    try:
+        with pytest.warns(UserWarning, match="wrote its inputs in place"):
+            hdp.train_step(xs[0], ys[0], F.cross_entropy)
+        assert hdp._in_place_from_host == [False, False]
+        if split is None:  # calibration noticed it, on its copy of the batch
+            assert torch.equal(xs[0], before[0])
+        for x, y in zip(xs[1:], ys[1:]):
+            hdp.train_step(x, y, F.cross_entropy)
+        for x, b in zip(xs[1:], before[1:]):  # copies from then on: later batches untouched
+            assert torch.equal(x, b)
+    finally:
+        hdp.close()
+
+
 def test_a_column_major_host_batch_gives_the_same_step_as_a_row_major_one():
     # In place, each device reads its shard with the batch's strides.
     xs, ys = _data(torch.float64, steps=3, batch=40)

@@ -131,6 +131,7 @@ import copy
 import math
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Sequence
 
@@ -577,7 +578,8 @@ def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> A
     `in_place_from_host` (an fl device whose plugin takes host pointers), a host tensor that
     does not require grad is not copied: the device uses its memory in place."""
     if isinstance(value, torch.Tensor):
-        if in_place_from_host and value.device.type == "cpu" and not value.requires_grad:
+        if (in_place_from_host and value.device.type == "cpu" and not value.requires_grad
+                and not value.is_neg() and not value.is_conj()):
             index = device.index if device.index is not None else torch.fl.current_device()
             return _C.device_view_of_host(value, index)
         return value.to(device, non_blocking=device.type != "cpu")
@@ -585,6 +587,28 @@ def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> A
         return type(value)(_to(v, device, in_place_from_host) for v in value)
     if isinstance(value, dict):
         return {k: _to(v, device, in_place_from_host) for k, v in value.items()}
+    return value
+
+
+def _tensors_of(value: Any) -> list[torch.Tensor]:
+    """The tensors in `value` (tuples, lists and dicts followed)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors_of(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors_of(v)]
+    return []
+
+
+def _host_copy(value: Any) -> Any:
+    """`value` with every host tensor cloned (tuples, lists and dicts followed)."""
+    if isinstance(value, torch.Tensor):
+        return value.clone() if value.device.type == "cpu" else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_host_copy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _host_copy(v) for k, v in value.items()}
     return value
 
 
@@ -645,8 +669,10 @@ class HeteroDataParallel:
         debug: after every step, assert that every replica is bit-identical to the master.
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
             plugin) computes on its shard of a host batch in place instead of a copy of it —
-            as nn.DataParallel leaves the shard that is already on its device. Then a module
-            that writes its inputs in place writes the caller's batch; False copies.
+            as nn.DataParallel leaves the shard that is already on its device. A model or loss
+            that writes its inputs in place then writes the caller's batch: the step notices
+            (the inputs' version counters), warns, and copies for that device from then on.
+            Calibration works on a copy. False copies from the start.
 
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
@@ -795,6 +821,15 @@ class HeteroDataParallel:
             p.grad = None
         loss = loss_fn(_call(replica, x), y)
         (loss * weight if weight != 1.0 else loss).backward()
+        if in_place and any(t._version != 0 for t in _tensors_of((x, y)) if t.device == device):
+            # The module or the loss wrote its inputs in place, and so the caller's batch: from
+            # the next step on this device gets copies, as the others do.
+            self._in_place_from_host[index] = False
+            warnings.warn(f"HeteroDataParallel: the model or loss wrote its inputs in place on {device}, "
+                          "which reads host batches in place (host_zero_copy), so a host batch it read "
+                          "was changed (the caller's in a training step, a copy in calibration). This "
+                          "device gets copies from now on; host_zero_copy=False copies from the start.",
+                          stacklevel=3)
         return loss.detach()
 
     def _run_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
@@ -1068,6 +1103,11 @@ class HeteroDataParallel:
         times the gradient round trip of every other device to it, and fits the balancer.
         Parameters and buffers are restored afterwards; no optimizer step is taken."""
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
+        if any(self._in_place_from_host):
+            # Calibration runs the batch several times on every device; a device that uses it
+            # in place gets a copy, so that a module writing its inputs in place leaves the
+            # caller's batch as a copying device would (the timed passes still run in place).
+            inputs, targets = _host_copy(inputs), _host_copy(targets)
         batch = _batch_size(inputs)
         sizes = sorted({batch, max(batch // 4, 1)})
         points_by_device = []

@@ -155,6 +155,51 @@ def test_a_probe_that_wins_resets_the_backoff():
     assert b.losses[b._key([0, 1])] == 0
 
 
+def test_a_set_that_loses_its_place_to_a_slow_spell_is_rechecked_at_the_next_plan():
+    """A host slow spell inflates the record of whatever runs (fl:1 alone), a stale record of
+    the pair displaces it; the next plan runs fl:1 alone once more, not the probe clock's turn
+    many plans later, and it wins its place back."""
+    b = ThroughputBalancer(2, ema=0.5, probe_every=50)
+    b.calibrate(0, [(16, 0.024), (64, 0.096)])   # 1.5 ms / sample alone
+    b.calibrate(1, [(16, 0.0064), (64, 0.0256)])  # 0.4 ms / sample alone
+    b.measured["0,1"] = 0.5e-3                   # the pair, measured once long ago
+    normal = {"1": 0.4e-3, "0,1": 0.5e-3, "0": 1.5e-3}
+    spell = {"1": 0.7e-3, "0,1": 0.55e-3, "0": 1.8e-3}  # a split is hit less by a spell
+    chosen = []
+    for plan in range(12):
+        sizes = b.plan(64)
+        key = b._key(i for i, n in enumerate(sizes) if n > 0)
+        chosen.append((key, b.rechecking))
+        b.record_step(sizes, (spell if plan in (3, 4) else normal)[key] * 64)
+    keys = [k for k, _ in chosen]
+    assert keys[:4] == ["1"] * 4
+    assert keys[4] == "0,1"                       # the spell's step lifted fl:1's record past the pair's
+    assert chosen[5] == ("1", True)               # rechecked at the next plan (the spell is over)...
+    assert keys[6:] == ["1"] * 6                  # ...won, and kept
+    assert b.measured["1"] == pytest.approx(0.4e-3)
+    assert b.losses.get("1", 0) == 0
+    rechecks = [e for e in b.history if e.get("recheck")]
+    assert [e["chose"] for e in rechecks] == ["1"]
+
+
+def test_a_recheck_that_loses_is_averaged_in_without_backoff():
+    b = ThroughputBalancer(2, ema=0.5, probe_every=50)
+    b.calibrate(0, [(16, 0.024), (64, 0.096)])
+    b.calibrate(1, [(16, 0.0064), (64, 0.0256)])
+    b.measured["0,1"] = 0.5e-3
+    chosen = []
+    for plan in range(10):
+        sizes = b.plan(64)
+        key = b._key(i for i, n in enumerate(sizes) if n > 0)
+        chosen.append((key, b.rechecking))
+        slow = plan >= 3                           # fl:1 alone really became slower: the pair wins for good
+        b.record_step(sizes, {"1": 0.7e-3 if slow else 0.4e-3, "0,1": 0.5e-3, "0": 1.5e-3}[key] * 64)
+    assert [k for k, _ in chosen].count("1") == 5  # plans 0-3, and one recheck
+    assert sum(1 for _, r in chosen if r) == 1
+    assert chosen[-3:] == [("0,1", False)] * 3
+    assert b.losses.get("1", 0) == 0
+
+
 def test_beaten_compares_with_the_other_candidates_of_the_last_plan():
     b = ThroughputBalancer(2)
     b.calibrate(0, [(64, 0.064), (16, 0.016)])  # records: '0' 1e-3 s per sample...

@@ -295,6 +295,12 @@ class ThroughputBalancer:
     ever less; a win resets k. One measured more than `probe_limit` times slower per sample
     than the best waits the longest interval from when it last ran.
 
+    Recheck: a set that loses its place as the best because its own record rose (a slow spell
+    of a shared host inflates the record of whatever runs) is probed once at the next counted
+    plan, whatever the probe clock says, unless it is far slower than the best. The record
+    that displaced it was measured in other conditions (plans ago), so one step answers which
+    is faster now; a recheck that loses is averaged in, without the backoff.
+
     Shard sizes are multiples of `granularity` (one device takes the remainder), so that a
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
     (cuDNN plans, allocator blocks)."""
@@ -324,6 +330,10 @@ class ThroughputBalancer:
         self.observations = 0
         self.plans = 0
         self.probing = False  # the last plan re-tries a set that measured slower: run it once
+        self.rechecking = False  # ...and that probe is a recheck of a set that lost its place
+        self.incumbent: str | None = None  # the set the last unprobed plan ran...
+        self._incumbent_record: float | None = None  # ...and its record when it took the place
+        self.recheck: set[str] = set()     # sets that lost their place, probed at the next counted plan
         # The last HISTORY events, oldest first, to see why a split ran: {"plan": n, "chose":
         # device set, "probing": bool, "records": {device set: s/sample}} per counted plan,
         # and {"step": device set, "during_plan": n, "s_per_sample": measured, "record": after}
@@ -382,7 +392,10 @@ class ThroughputBalancer:
             # old), so the next plan runs it; a loss is averaged in, so that one bad step does
             # not spoil the record.
             won = now <= min(self._other_records(key), default=math.inf)
-            self.losses[key] = 0 if won else min(self.losses.get(key, 0) + 1, self.MAX_BACKOFF)
+            if won:
+                self.losses[key] = 0
+            elif not self.rechecking:  # a recheck that loses does not lengthen the wait
+                self.losses[key] = min(self.losses.get(key, 0) + 1, self.MAX_BACKOFF)
             if won or old is None:
                 self.measured[key] = now
                 self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now, "record": now,
@@ -468,7 +481,7 @@ class ThroughputBalancer:
         sizes = self._choose(batch_size, granularity, count)
         if count:
             self.history.append({"plan": self.plans, "chose": self._key(i for i, n in enumerate(sizes) if n > 0),
-                                 "probing": self.probing,
+                                 "probing": self.probing, "recheck": self.rechecking,
                                  "records": {k: self.measured[k] for k in self._candidates if k in self.measured}})
         return sizes
 
@@ -481,7 +494,7 @@ class ThroughputBalancer:
         between re-balances) neither advances the probe clock nor probes."""
         if count:
             self.plans += 1
-        self.probing = False
+        self.probing = self.rechecking = False
         model = self.split(batch_size, granularity)
         candidates = {self._key(i for i, n in enumerate(model) if n > 0): model}
         for i in range(self.num_devices):
@@ -491,11 +504,22 @@ class ThroughputBalancer:
         self._candidates = list(candidates)
         if len(candidates) == 1:
             return model
-        if count and self.plans % self.probe_every == 0:
-            best_seen = min((self.measured[k] for k in candidates if k in self.measured), default=None)
+        best_seen = min((self.measured[k] for k in candidates if k in self.measured), default=None)
 
-            def far(k: str) -> bool:  # more than probe_limit times slower per sample than the best
-                return best_seen is not None and k in self.measured and self.measured[k] > self.probe_limit * best_seen
+        def far(k: str) -> bool:  # more than probe_limit times slower per sample than the best
+            return best_seen is not None and k in self.measured and self.measured[k] > self.probe_limit * best_seen
+
+        if count:
+            # A set that lost its place since the last counted plan: one step says whether the
+            # record that displaced it still holds.
+            due = [k for k in candidates if k in self.recheck and self.measured.get(k) != best_seen and not far(k)]
+            self.recheck.clear()
+            if due:
+                key = min(due, key=self.measured.__getitem__)
+                self.probing = self.rechecking = True
+                self.last_probe[key] = self.plans
+                return candidates[key]
+        if count and self.plans % self.probe_every == 0:
 
             def is_due(k: str) -> bool:
                 # A candidate that lost its last k probes waits probe_every·2^k plans. One far
@@ -516,9 +540,15 @@ class ThroughputBalancer:
                 self.last_probe[key] = self.plans
                 return candidates[key]
         model_key = next(iter(candidates))
-        if model_key not in self.measured:
-            return model
-        best = min((k for k in candidates if k in self.measured), key=self.measured.__getitem__)
+        best = model_key if model_key not in self.measured else min(
+            (k for k in candidates if k in self.measured), key=self.measured.__getitem__)
+        if (best != self.incumbent and self.incumbent in candidates and self._incumbent_record is not None
+                and self._incumbent_record <= self.measured.get(best, math.inf)):
+            # It lost its place only because its own record rose: with the record it had when
+            # it took the place, it would still be the best.
+            self.recheck.add(self.incumbent)
+        if best != self.incumbent:
+            self.incumbent, self._incumbent_record = best, self.measured.get(best)
         return candidates[best]
 
     # -- checkpointing
@@ -530,6 +560,8 @@ class ThroughputBalancer:
                 "probe_limit": self.probe_limit,
                 "last_seen": dict(self.last_seen), "losses": dict(self.losses),
                 "last_probe": dict(self.last_probe),
+                "incumbent": self.incumbent, "incumbent_record": self._incumbent_record,
+                "recheck": sorted(self.recheck),
                 "calibrated": self.calibrated, "observations": self.observations, "plans": self.plans}
 
     def load_state_dict(self, state: dict) -> None:
@@ -539,7 +571,10 @@ class ThroughputBalancer:
         self.ema = float(state["ema"])
         self.probe_every = int(state["probe_every"])
         self.probe_limit = float(state.get("probe_limit", self.probe_limit))
-        self.probing = False
+        self.probing = self.rechecking = False
+        self.incumbent = state.get("incumbent")
+        self._incumbent_record = state.get("incumbent_record")
+        self.recheck = {str(k) for k in state.get("recheck", [])}
         self.overhead = [float(v) for v in state["overhead"]]
         self.per_sample = [float(v) for v in state["per_sample"]]
         self.transfer = [float(v) for v in state["transfer"]]

@@ -80,7 +80,8 @@ def test_plan_runs_the_fastest_measured_set_and_probes_the_others():
     assert chosen[0] == (43, 21)                 # not measured together yet: the model's split
     assert chosen.count((64, 0)) >= 14           # then the fastest, fl:0 alone...
     assert {(43, 21), (0, 64)} <= set(chosen[1:])  # ...with one-step probes of the others
-    assert all(c == (64, 0) for k, c in enumerate(chosen[1:], start=2) if k % 4)
+    assert chosen[2] == (0, 64)                  # fl:1 alone's record was only calibrated: one real step
+    assert all(c == (64, 0) for k, c in enumerate(chosen[1:], start=2) if k % 4 and k != 3)
     per_sample[(43, 21)] = 0.6e-3                # the pair becomes faster than fl:0 alone
     chosen = run(20)
     assert chosen[-8:].count((43, 21)) >= 6
@@ -163,6 +164,7 @@ def test_a_set_that_loses_its_place_to_a_slow_spell_is_rechecked_at_the_next_pla
     b.calibrate(0, [(16, 0.024), (64, 0.096)])   # 1.5 ms / sample alone
     b.calibrate(1, [(16, 0.0064), (64, 0.0256)])  # 0.4 ms / sample alone
     b.measured["0,1"] = 0.5e-3                   # the pair, measured once long ago
+    b.last_seen["0,1"] = 0
     normal = {"1": 0.4e-3, "0,1": 0.5e-3, "0": 1.5e-3}
     spell = {"1": 0.7e-3, "0,1": 0.55e-3, "0": 1.8e-3}  # a split is hit less by a spell
     chosen = []
@@ -182,11 +184,32 @@ def test_a_set_that_loses_its_place_to_a_slow_spell_is_rechecked_at_the_next_pla
     assert [e["chose"] for e in rechecks] == ["1"]
 
 
+def test_a_set_known_only_from_calibration_runs_once_when_the_best_has_run():
+    """Calibrated passes can be far off (cold caches, no optimizer step): a device alone whose
+    record is only its calibration's is probed at the first counted plan after the best set
+    ran for real, not the probe clock's turn; if it is faster it takes over at once."""
+    b = ThroughputBalancer(2, probe_every=50)
+    b.calibrate(0, [(16, 0.024), (64, 0.096)])    # 1.5 ms / sample alone
+    b.calibrate(1, [(16, 0.016), (64, 0.064)])    # 1.0 ms / sample calibrated, 0.4 for real
+    real = {"1": 0.4e-3, "0,1": 0.6e-3, "0": 1.5e-3}
+    chosen = []
+    for _ in range(8):
+        sizes = b.plan(64)
+        key = b._key(i for i, n in enumerate(sizes) if n > 0)
+        chosen.append((key, b.rechecking))
+        b.record_step(sizes, real[key] * 64)
+    assert chosen[0] == ("0,1", False)            # the model's split, never measured
+    assert chosen[1] == ("1", True)               # then fl:1 alone, whose record was a calibration
+    assert [k for k, _ in chosen[2:]] == ["1"] * 6
+    assert "0" not in [k for k, _ in chosen]       # far slower than the best: not probed early
+
+
 def test_a_recheck_that_loses_is_averaged_in_without_backoff():
     b = ThroughputBalancer(2, ema=0.5, probe_every=50)
     b.calibrate(0, [(16, 0.024), (64, 0.096)])
     b.calibrate(1, [(16, 0.0064), (64, 0.0256)])
     b.measured["0,1"] = 0.5e-3
+    b.last_seen["0,1"] = 0
     chosen = []
     for plan in range(10):
         sizes = b.plan(64)

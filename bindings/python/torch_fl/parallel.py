@@ -299,7 +299,9 @@ class ThroughputBalancer:
     of a shared host inflates the record of whatever runs) is probed once at the next counted
     plan, whatever the probe clock says, unless it is far slower than the best. The record
     that displaced it was measured in other conditions (plans ago), so one step answers which
-    is faster now; a recheck that loses is averaged in, without the backoff.
+    is faster now; a recheck that loses is averaged in, without the backoff. So is a set whose
+    record is still its calibration's (a device alone that never ran a real step; calibrated
+    passes can be far off, cold caches and no optimizer step) once the best set has run.
 
     Shard sizes are multiples of `granularity` (one device takes the remainder), so that a
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
@@ -510,9 +512,13 @@ class ThroughputBalancer:
             return best_seen is not None and k in self.measured and self.measured[k] > self.probe_limit * best_seen
 
         if count:
-            # A set that lost its place since the last counted plan: one step says whether the
-            # record that displaced it still holds.
-            due = [k for k in candidates if k in self.recheck and self.measured.get(k) != best_seen and not far(k)]
+            # A set that lost its place since the last counted plan, or one whose record is
+            # still only its calibration's (which may be far off: cold caches, no optimizer
+            # step) while the best has run for real: one step says which is faster now.
+            best_ran = any(k in self.last_seen and self.measured.get(k) == best_seen for k in candidates)
+            due = [k for k in candidates
+                   if (k in self.recheck or (best_ran and k in self.measured and k not in self.last_seen))
+                   and self.measured.get(k) != best_seen and not far(k)]
             self.recheck.clear()
             if due:
                 key = min(due, key=self.measured.__getitem__)

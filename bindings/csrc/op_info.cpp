@@ -116,7 +116,10 @@ std::vector<const OpInfo*> all_op_infos() {
   return out;
 }
 
-std::string kernel_name_for(const std::string& qualified_name) {
+namespace {
+
+// The analysis of an operator overload given as "aten::name.overload" ("name" alone: aten).
+std::unique_ptr<OpInfo> analyse_by_name(const std::string& qualified_name) {
   std::string name = qualified_name, overload;
   if (auto dot = name.find('.', name.find("::") == std::string::npos ? 0 : name.find("::")); dot != std::string::npos) {
     overload = name.substr(dot + 1);
@@ -125,8 +128,13 @@ std::string kernel_name_for(const std::string& qualified_name) {
   if (name.find("::") == std::string::npos) name = "aten::" + name;
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   TORCH_CHECK(handle.has_value(), "unknown operator '", qualified_name, "'");
-  auto info = analyse(handle->schema());
-  return info->kernel_name;
+  return analyse(handle->schema());
 }
+
+}  // namespace
+
+std::string kernel_name_for(const std::string& qualified_name) { return analyse_by_name(qualified_name)->kernel_name; }
+
+bool is_convolution(const std::string& qualified_name) { return analyse_by_name(qualified_name)->convolution; }
 
 }  // namespace fl::binding

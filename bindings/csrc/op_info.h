@@ -55,4 +55,7 @@ std::vector<const OpInfo*> all_op_infos();
 // op_support queries): the out= overload when the operator has one.
 std::string kernel_name_for(const std::string& qualified_name);
 
+// Whether that operator is a convolution (OpInfo::convolution).
+bool is_convolution(const std::string& qualified_name);
+
 }  // namespace fl::binding

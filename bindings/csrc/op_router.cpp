@@ -1,5 +1,6 @@
 #include "op_router.h"
 
+#include "call_flags.h"
 #include "copy_engine.h"
 #include "cpu_fallback.h"
 #include "device_timer.h"
@@ -209,19 +210,7 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     if (!builder.add_output(t)) return false;
 
   auto& reg = rt.streams(device);
-  uint32_t flags = 0;
-  // Precise float32 (no TF32): for convolutions when torch.backends.cudnn.allow_tf32 is off
-  // (PyTorch's default lets cuDNN use TF32), for every other op when precision.matmul is
-  // "highest".
-  const bool precise = info.convolution ? !at::globalContext().allowTF32CuDNN()
-                                        : rt.config().precision.matmul == "highest";
-  if (precise) flags |= FL_CALL_PRECISE;
-  // Bitwise reproducible kernels: precision.deterministic, torch.use_deterministic_algorithms
-  // (True), or for convolutions torch.backends.cudnn.deterministic, as native CUDA reads them.
-  const auto& context = at::globalContext();
-  if (rt.config().precision.deterministic || context.deterministicAlgorithms() ||
-      (info.convolution && context.deterministicCuDNN()))
-    flags |= FL_CALL_DETERMINISTIC;
+  const uint32_t flags = kernel_call_flags(info.convolution);
   const fl_kernel_call& call = builder.build(reg.handle(reg.current()), flags, *entry);
   const fl_status_t st = entry->fn(&call);
   if (st == FL_ERR_NOT_SUPPORTED) {

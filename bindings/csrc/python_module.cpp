@@ -1,4 +1,5 @@
 // python_module.cpp — torch_fl._C: what the Python package needs from the runtime.
+#include "call_flags.h"
 #include "device_allocator.h"
 #include "pinned_allocator.h"
 #include "device_timer.h"
@@ -202,6 +203,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("mem_get_info", [](int d) { return device_allocator().getMemoryInfo(static_cast<c10::DeviceIndex>(d)); });
   m.def("kernel_table", [](int d) { return runtime().dispatch(d).op_names(); });
   m.def("kernel_name_for", &kernel_name_for);
+  m.def("call_flags_for", &call_flags_for,
+        "The FL_CALL_* flags (\"precise\", \"deterministic\") a kernel call of the operator \"aten::name.overload\" would carry now.");
   m.def("op_support", [](const std::string& op, int d, py::object dtype) {
     c10::ScalarType st = c10::ScalarType::Float;
     if (!dtype.is_none()) st = torch::python::detail::py_object_to_dtype(dtype);

@@ -4,6 +4,7 @@ and a plugin with a three-entry kernel table (the zoo's stub) whose entries are 
 while the rest goes through the generic and CPU tiers."""
 from __future__ import annotations
 
+import json
 import textwrap
 import warnings
 
@@ -214,3 +215,39 @@ def test_kernels_are_asked_for_determinism_as_torch_or_the_config_says(config_de
     assert "'deterministic'" in lines["TORCH"]
     for when in ("DEFAULT", "AFTER"):
         assert ("'deterministic'" in lines[when]) == config_deterministic, r.stdout
+
+
+CALL_FLAGS_CODE = textwrap.dedent("""
+    import json, torch, torch_fl
+    conv, mm = "aten::convolution_overrideable", "aten::mm"
+    seen = {"default": {op: torch_fl._C.call_flags_for(op) for op in (conv, mm)}}
+    torch.backends.cudnn.deterministic = True
+    seen["cudnn_deterministic"] = {op: torch_fl._C.call_flags_for(op) for op in (conv, mm)}
+    torch.backends.cudnn.deterministic = False
+    torch.backends.cudnn.allow_tf32 = False
+    seen["cudnn_no_tf32"] = {op: torch_fl._C.call_flags_for(op) for op in (conv, mm)}
+    torch.backends.cudnn.allow_tf32 = True
+    torch.use_deterministic_algorithms(True)
+    seen["torch_deterministic"] = {op: torch_fl._C.call_flags_for(op) for op in (conv, mm)}
+    print(json.dumps(seen))
+""")
+
+
+@pytest.mark.parametrize("matmul_precision", ["high", "highest"])
+def test_convolutions_follow_cudnn_switches_and_other_ops_the_config(tmp_path, matmul_precision):
+    """As native CUDA reads them: torch.backends.cudnn.deterministic and allow_tf32 concern
+    convolutions only; torch.use_deterministic_algorithms every op; precision.matmul every
+    op but convolutions."""
+    env = {"FL_CPU_DEVICES": "1", "FL_DETERMINISTIC": None}
+    config = tmp_path / "config.yaml"
+    config.write_text(f"precision:\n  matmul: {matmul_precision}\n")
+    env["FL_CONFIG"] = str(config)
+    r = run_python(CALL_FLAGS_CODE, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    conv, mm = "aten::convolution_overrideable", "aten::mm"
+    mm_default = ["precise"] if matmul_precision == "highest" else []
+    assert seen["default"] == {conv: [], mm: mm_default}
+    assert seen["cudnn_deterministic"] == {conv: ["deterministic"], mm: mm_default}
+    assert seen["cudnn_no_tf32"] == {conv: ["precise"], mm: mm_default}
+    assert seen["torch_deterministic"] == {conv: ["deterministic"], mm: mm_default + ["deterministic"]}

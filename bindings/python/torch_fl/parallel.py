@@ -20,7 +20,9 @@ Each step:
    probes, never for long (a step whose device set measures slower than another candidate's
    record makes the next step plan again, without waiting for the re-balance). A candidate
    that loses a probe waits twice as long for the next one; one more than `probe_limit` (2×)
-   slower per sample waits the longest (probe_every·64 re-balances). Shard sizes are
+   slower per sample waits the longest (probe_every·64 re-balances). A set that lost its
+   place only because its own record rose (a slow spell of the host), or that is known only
+   from its calibration, is probed once at the next re-balance. Shard sizes are
    multiples of a granularity (batch/16 rounded down to a power of two); a step that runs a
    shard size new to a device is a warm-up (cuDNN plans, allocator blocks): it is not
    measured and the split runs again, and a probe reuses its device set's last warm split;
@@ -59,49 +61,28 @@ how fast a second Python thread runs while one thread works on fl:0):
   plugin (a CPU device beside a GPU master) pulls on a side stream of the master device,
   ordered behind the optimizer step by an event, with the master's buffers from a snapshot
   taken there, so its pull does not queue behind the master's forward either;
-- shards are copied from the host batch by each device's thread; pageable host memory makes
-  those copies slow and serialised, so feed pinned batches (DataLoader(pin_memory=True);
-  tensor.pin_memory() pins with the first accelerator's plugin).
+- shards are copied from the host batch by each device's thread (a device whose plugin takes
+  host pointers, the CPU plugin, reads its shard in place: `host_zero_copy`); a copy from
+  pinned memory with non_blocking stays queued, one from pageable memory is staged by the
+  plugin and costs host memory bandwidth, so feed pinned batches (DataLoader(pin_memory=True);
+  tensor.pin_memory() pins with torch_fl's pinned cache).
 `bench/hetero.py` prints the overlap of two devices' forward/backward (sequential / concurrent
 time: 2.0 perfect, 1.0 none).
 
-Measured on H200 machines (bench/hetero.py, interleaved windows, 2026-11-30; numbers in
-bench/results/h200x2_2026-11-30_session3_*):
-- a CPU-plugin device beside an H200 adds nothing the H200 cannot do faster: the balancer keeps
-  the H200 alone and the pair runs at the H200's speed (mlp 1.07x, digits CNN 1.05x, a CIFAR-
-  sized convnet 1.13x of a plain loop on the H200). HeteroDataParallel on the H200 alone also
-  measured 1.01-1.19x the plain loop; the likely reason (not profiled): it copies inputs and
-  targets before the forward, while the loop copies the targets after it, and a blocking
-  host-to-device copy waits for the queued forward;
-- two H200s of the CUDA plugin split a compute-bound batch evenly: the convnet at batch 4096
-  (pinned batches) ran 1.69x one H200's plain loop, 0.85x the sum; at batch 1024 the split
-  did not beat one H200 and was not kept;
-- a launch-bound model (the digits CNN, ~2 ms steps) cannot gain from a split at all: the
-  H200's step takes as long for 112 samples as for 128, and both devices' dispatch shares
-  this process's one interpreter;
-- a copy-bound model (examples/wide_tabular.py: 2048 host-resident features a row, pageable
-  batches; bench/results/h200_2026-11-30_session4_*) is where the CPU device comes closest:
-  316-391k samples/s alone against the H200's 570-740k. A split still lost there: the
-  CPU device's forward/backward ran 1.4-3x slower beside the H200's thread than alone
-  (OpenBLAS at 4-16 threads did not change it then), so the split measured ~2.0-2.3 µs per
-  sample against 1.3-1.7 for the H200 alone, and the balancer kept the H200 alone. With
-  pinned rows the H200 alone runs 2.3M samples/s and the CPU device adds too little to matter;
-- fifth session (bench/results/h200_2026-11-30_session5_*): bench/interference.py showed
-  the CPU device's pass 1.2-2.1x slower beside the H200's loop with OpenBLAS on all 16 cores
-  and not slower with 8 (a BLAS thread sharing a core with the H200's feeding thread holds back
-  the GEMM: set the CPU plugin's threads, FL_CPU_THREADS); the CPU plugin's copies, one
-  memmove before, now use up to 8 threads. Then the wide MLP on pageable rows splits: the
-  example at batch 16384 ran 1.22x the H200 alone (0.77x the sum), bench/hetero.py at batch
-  32768 1.01-1.06x. The sum stays out of reach: both devices draw on the same host memory
-  bandwidth (the H200's pageable copy is staged by the driver with one thread at 7.9 GB/s,
-  4.8-6.7 GB/s while the host copies), and in a split step each device ran 1.1-1.6x slower
-  than alone (HeteroDataParallel.timeline). Queuing every shard from one thread instead of a
-  thread per device measured slower in every split (a pageable copy blocks the thread).
-  On the 2-core development host, shared with other builds, the
-overlap measured 0.6–1.9 from run to run — even native `torch.mm` in two threads measured
-0.6–0.7 there — so the host, not the binding, bounded it; fl:0 and fl:1 of the CPU plugin are
-the same cores anyway. The numbers that matter come from different silicon (a CUDA-plugin
-device beside the CPU plugin).
+What it gains, measured on H200 machines (README "Many chips", bench/results/h200*): a
+device set is worth running only where each device's step is dominated by per-sample work.
+- Two H200s of the CUDA plugin split a compute-bound batch evenly (a convnet at batch 4096,
+  pinned: 1.69x one H200's plain loop).
+- A CPU-plugin device beside an H200 is 5-340x slower; the balancer keeps the H200 alone and
+  the pair runs at its speed (0.96-1.01x the plain loop over nine runs of the wide-MLP
+  example on pinned rows). Where the CPU comes closest (the copy-bound wide MLP on pageable
+  rows), both devices draw on the same host memory bandwidth: a split step runs each device
+  slower than alone, and the pair stays at 0.73-0.87x the sum of the two alone.
+- A launch-bound model (the digits CNN, ~2 ms steps) gains nothing from a split: each
+  device's step is mostly fixed cost, and both devices' dispatch shares one interpreter.
+On the 2-core development host, shared with other builds, the overlap of two CPU-plugin
+devices measured 0.6-1.9 from run to run (native `torch.mm` in two threads: 0.6-0.7 there):
+the host, not the binding, bounds it; fl:0 and fl:1 of the CPU plugin are the same cores.
 
 Precision across vendors. Different plugins run different kernels (cuBLAS vs OpenBLAS, fused
 vs unfused reductions, different summation orders), so the same shard gives gradients that

@@ -161,12 +161,12 @@ def test_a_set_that_loses_its_place_to_a_slow_spell_is_rechecked_at_the_next_pla
     the pair displaces it; the next plan runs fl:1 alone once more, not the probe clock's turn
     many plans later, and it wins its place back."""
     b = ThroughputBalancer(2, ema=0.5, probe_every=50)
-    b.calibrate(0, [(16, 0.024), (64, 0.096)])   # 1.5 ms / sample alone
+    b.calibrate(0, [(16, 0.04), (64, 0.16)])     # 2.5 ms / sample alone: over probe_limit² x any best
     b.calibrate(1, [(16, 0.0064), (64, 0.0256)])  # 0.4 ms / sample alone
     b.measured["0,1"] = 0.5e-3                   # the pair, measured once long ago
     b.last_seen["0,1"] = 0
-    normal = {"1": 0.4e-3, "0,1": 0.5e-3, "0": 1.5e-3}
-    spell = {"1": 0.7e-3, "0,1": 0.55e-3, "0": 1.8e-3}  # a split is hit less by a spell
+    normal = {"1": 0.4e-3, "0,1": 0.5e-3, "0": 2.5e-3}
+    spell = {"1": 0.7e-3, "0,1": 0.55e-3, "0": 2.8e-3}  # a split is hit less by a spell
     chosen = []
     for plan in range(12):
         sizes = b.plan(64)
@@ -189,9 +189,9 @@ def test_a_set_known_only_from_calibration_runs_once_when_the_best_has_run():
     record is only its calibration's is probed at the first counted plan after the best set
     ran for real, not the probe clock's turn; if it is faster it takes over at once."""
     b = ThroughputBalancer(2, probe_every=50)
-    b.calibrate(0, [(16, 0.024), (64, 0.096)])    # 1.5 ms / sample alone
+    b.calibrate(0, [(16, 0.04), (64, 0.16)])      # 2.5 ms / sample alone
     b.calibrate(1, [(16, 0.016), (64, 0.064)])    # 1.0 ms / sample calibrated, 0.4 for real
-    real = {"1": 0.4e-3, "0,1": 0.6e-3, "0": 1.5e-3}
+    real = {"1": 0.4e-3, "0,1": 0.6e-3, "0": 2.5e-3}
     chosen = []
     for _ in range(8):
         sizes = b.plan(64)
@@ -204,9 +204,70 @@ def test_a_set_known_only_from_calibration_runs_once_when_the_best_has_run():
     assert "0" not in [k for k, _ in chosen]       # far slower than the best: not probed early
 
 
+def test_a_calibration_off_by_more_than_the_probe_limit_is_still_probed_early():
+    """fl:1 alone calibrated 3x slower than it runs (over probe_limit = 2 times the split's
+    record, under its square): probed once early all the same, its first real step replaces
+    the calibrated record, and it takes over."""
+    b = ThroughputBalancer(2, probe_every=50, probe_limit=2.0)
+    b.calibrate(0, [(16, 0.08), (64, 0.32)])      # 5 ms / sample alone: beyond probe_limit², never probed
+    b.calibrate(1, [(16, 0.024), (64, 0.096)])    # 1.5 ms / sample calibrated, 0.5 for real
+    real = {"1": 0.5e-3, "0,1": 0.6e-3, "0": 5e-3}
+    chosen = []
+    for _ in range(6):
+        sizes = b.plan(64)
+        key = b._key(i for i, n in enumerate(sizes) if n > 0)
+        chosen.append(key)
+        b.record_step(sizes, real[key] * 64)
+    assert chosen == ["0,1", "1", "1", "1", "1", "1"]
+    assert b.measured["1"] == pytest.approx(0.5e-3)   # replaced, not averaged with 1.5e-3
+
+
+def test_a_split_that_took_its_place_unmeasured_is_rechecked_after_a_spell():
+    """The model's split runs first with no record; its first record counts as the one it took
+    the place with, so a spell that lifts it past fl:1 alone is rechecked too."""
+    b = ThroughputBalancer(2, ema=0.5, probe_every=50)
+    b.calibrate(0, [(16, 0.0128), (64, 0.0512)])  # 0.8 ms / sample alone
+    b.calibrate(1, [(16, 0.0128), (64, 0.0512)])  # 0.8 ms / sample alone
+    b.last_seen.update({"0": 0, "1": 0})          # both ran before (their records are real)
+    chosen = []
+    for plan in range(10):
+        sizes = b.plan(64)
+        key = b._key(i for i, n in enumerate(sizes) if n > 0)
+        chosen.append((key, b.rechecking))
+        spell = plan in (2, 3)                    # hits the split hard, fl:1 alone would not be
+        b.record_step(sizes, {"0,1": 1.6e-3 if spell else 0.5e-3, "0": 0.8e-3, "1": 0.8e-3}[key] * 64)
+    keys = [k for k, _ in chosen]
+    assert keys[:3] == ["0,1"] * 3
+    assert keys[3] in ("0", "1")                  # the spell lifted the split's record past them
+    assert ("0,1", True) in chosen[4:6]           # rechecked...
+    assert keys[-3:] == ["0,1"] * 3               # ...and back
+
+
+def test_balancer_state_round_trips_a_pending_recheck():
+    b = ThroughputBalancer(2, ema=0.5, probe_every=50)
+    b.calibrate(0, [(16, 0.04), (64, 0.16)])
+    b.calibrate(1, [(16, 0.0064), (64, 0.0256)])
+    b.measured["0,1"] = 0.5e-3
+    b.last_seen["0,1"] = 0
+    for plan in range(5):
+        sizes = b.plan(64)
+        b.record_step(sizes, (0.7e-3 if plan == 3 else 0.4e-3) * 64 if sizes[0] == 0 else 0.55e-3 * 64)
+    assert b.recheck == {"1"}                     # lost its place at plan 5, not yet rechecked
+    c = ThroughputBalancer(2)
+    c.load_state_dict(b.state_dict())
+    assert c.state_dict() == b.state_dict()
+    assert c.plan(64) == b.plan(64) == [0, 64] and c.rechecking and b.rechecking
+    old = b.state_dict()
+    for k in ("incumbent", "incumbent_record", "recheck"):
+        del old[k]
+    d = ThroughputBalancer(2)
+    d.load_state_dict(old)                        # a checkpoint from before the recheck loads
+    assert d.incumbent is None and d.recheck == set()
+
+
 def test_a_recheck_that_loses_is_averaged_in_without_backoff():
     b = ThroughputBalancer(2, ema=0.5, probe_every=50)
-    b.calibrate(0, [(16, 0.024), (64, 0.096)])
+    b.calibrate(0, [(16, 0.04), (64, 0.16)])
     b.calibrate(1, [(16, 0.0064), (64, 0.0256)])
     b.measured["0,1"] = 0.5e-3
     b.last_seen["0,1"] = 0
@@ -216,7 +277,7 @@ def test_a_recheck_that_loses_is_averaged_in_without_backoff():
         key = b._key(i for i, n in enumerate(sizes) if n > 0)
         chosen.append((key, b.rechecking))
         slow = plan >= 3                           # fl:1 alone really became slower: the pair wins for good
-        b.record_step(sizes, {"1": 0.7e-3 if slow else 0.4e-3, "0,1": 0.5e-3, "0": 1.5e-3}[key] * 64)
+        b.record_step(sizes, {"1": 0.7e-3 if slow else 0.4e-3, "0,1": 0.5e-3, "0": 2.5e-3}[key] * 64)
     assert [k for k, _ in chosen].count("1") == 5  # plans 0-3, and one recheck
     assert sum(1 for _, r in chosen if r) == 1
     assert chosen[-3:] == [("0,1", False)] * 3

@@ -282,7 +282,10 @@ class ThroughputBalancer:
     that displaced it was measured in other conditions (plans ago), so one step answers which
     is faster now; a recheck that loses is averaged in, without the backoff. So is a set whose
     record is still its calibration's (a device alone that never ran a real step; calibrated
-    passes can be far off, cold caches and no optimizer step) once the best set has run.
+    passes can be far off, cold caches and no optimizer step) once the best set has run,
+    unless it is more than probe_limit² times slower; its first real step replaces the
+    calibrated record. A model split that took the place before it had a record counts its
+    first record as the one it took the place with.
 
     Shard sizes are multiples of `granularity` (one device takes the remainder), so that a
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
@@ -360,15 +363,16 @@ class ThroughputBalancer:
         """Folds the wall time of one whole step (weight pulls, forward/backward on every
         device, gradient reduction, optimizer step, loss read-back) into its device set's
         record. Before a device has run alone for real, its record is its calibrated
-        forward/backward time plus transfers (no optimizer step): a slight bias towards
-        running alone, corrected by the first real steps of that mode."""
+        forward/backward time plus transfers (no optimizer step); the first real step of that
+        mode replaces it."""
         batch = sum(shard_sizes)
         if batch <= 0:
             return
         key = self._key([i for i, n in enumerate(shard_sizes) if n > 0])
         now = seconds / batch
+        # A record that no real step made yet (a calibration's) is replaced, not averaged.
+        old = self.measured.get(key) if key in self.last_seen else None
         self.last_seen[key] = self.plans
-        old = self.measured.get(key)
         if self.probing:
             # A probe's step is its verdict: is the set now faster than the other candidates of
             # this plan on record? A win replaces the set's record (which may be many plans
@@ -496,10 +500,14 @@ class ThroughputBalancer:
             # A set that lost its place since the last counted plan, or one whose record is
             # still only its calibration's (which may be far off: cold caches, no optimizer
             # step) while the best has run for real: one step says which is faster now.
+            # A calibration can be off by 2x: such a record counts as far only beyond
+            # probe_limit² times the best (a CPU alone beside an H200 still is).
             best_ran = any(k in self.last_seen and self.measured.get(k) == best_seen for k in candidates)
+            calibrated_only = [k for k in candidates if best_ran and k in self.measured and k not in self.last_seen
+                               and self.measured[k] <= self.probe_limit ** 2 * best_seen]
             due = [k for k in candidates
-                   if (k in self.recheck or (best_ran and k in self.measured and k not in self.last_seen))
-                   and self.measured.get(k) != best_seen and not far(k)]
+                   if ((k in self.recheck and not far(k)) or k in calibrated_only)
+                   and self.measured.get(k) != best_seen]
             self.recheck.clear()
             if due:
                 key = min(due, key=self.measured.__getitem__)
@@ -530,11 +538,12 @@ class ThroughputBalancer:
         best = model_key if model_key not in self.measured else min(
             (k for k in candidates if k in self.measured), key=self.measured.__getitem__)
         if (best != self.incumbent and self.incumbent in candidates and self._incumbent_record is not None
-                and self._incumbent_record <= self.measured.get(best, math.inf)):
+                and best in self.measured and self._incumbent_record <= self.measured[best]):
             # It lost its place only because its own record rose: with the record it had when
             # it took the place, it would still be the best.
             self.recheck.add(self.incumbent)
-        if best != self.incumbent:
+        if best != self.incumbent or self._incumbent_record is None:
+            # (a model split takes the place before it has a record: its first one counts)
             self.incumbent, self._incumbent_record = best, self.measured.get(best)
         return candidates[best]
 
@@ -560,7 +569,8 @@ class ThroughputBalancer:
         self.probe_limit = float(state.get("probe_limit", self.probe_limit))
         self.probing = self.rechecking = False
         self.incumbent = state.get("incumbent")
-        self._incumbent_record = state.get("incumbent_record")
+        record = state.get("incumbent_record")
+        self._incumbent_record = None if record is None else float(record)
         self.recheck = {str(k) for k in state.get("recheck", [])}
         self.overhead = [float(v) for v in state["overhead"]]
         self.per_sample = [float(v) for v in state["per_sample"]]

@@ -222,6 +222,34 @@ def test_a_calibration_off_by_more_than_the_probe_limit_is_still_probed_early():
     assert b.measured["1"] == pytest.approx(0.5e-3)   # replaced, not averaged with 1.5e-3
 
 
+def test_the_early_probe_of_a_calibrated_set_fires_once_even_if_its_step_is_not_recorded():
+    """A probe at a shape new to a device is a warm-up, not recorded (HeteroDataParallel): the
+    set stays calibration-only, but it is not probed early again (that ran a CPU alone for
+    many steps in a row when batch sizes varied)."""
+    b = ThroughputBalancer(2, probe_every=50)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])    # 1 ms / sample
+    b.calibrate(1, [(16, 0.048), (64, 0.192)])    # 3 ms / sample: under probe_limit² x the best
+    b.last_seen["0"] = 0                          # fl:0 alone has run
+    early = []
+    for plan in range(6):
+        sizes = b.plan(64)
+        if sizes == [0, 64]:
+            early.append(plan)
+            continue                              # a warm-up: nothing recorded
+        b.record_step(sizes, 1e-3 * 64 if sizes == [64, 0] else 0.9e-3 * 64)
+    assert len(early) == 1, early
+
+
+def test_a_first_real_step_slower_than_the_calibration_is_averaged_faster_replaces():
+    b = ThroughputBalancer(2, ema=0.3)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])    # 1 ms / sample calibrated
+    b.calibrate(1, [(16, 0.016), (64, 0.064)])
+    b.record_step([64, 0], 3e-3 * 64)             # one-off costs in the first step: averaged
+    assert b.measured["0"] == pytest.approx(0.7 * 1e-3 + 0.3 * 3e-3)
+    b.record_step([0, 64], 0.4e-3 * 64)           # the calibration was pessimistic: replaced
+    assert b.measured["1"] == pytest.approx(0.4e-3)
+
+
 def test_a_split_that_took_its_place_unmeasured_is_rechecked_after_a_spell():
     """The model's split runs first with no record; its first record counts as the one it took
     the place with, so a spell that lifts it past fl:1 alone is rechecked too."""

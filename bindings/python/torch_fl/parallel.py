@@ -283,9 +283,10 @@ class ThroughputBalancer:
     is faster now; a recheck that loses is averaged in, without the backoff. So is a set whose
     record is still its calibration's (a device alone that never ran a real step; calibrated
     passes can be far off, cold caches and no optimizer step) once the best set has run,
-    unless it is more than probe_limit² times slower; its first real step replaces the
-    calibrated record. A model split that took the place before it had a record counts its
-    first record as the one it took the place with.
+    unless it is more than probe_limit² times slower; a first real step faster than the
+    calibrated record replaces it (a slower one is averaged in: it may carry one-off costs).
+    A model split that took the place before it had a record counts its first record as the
+    one it took the place with.
 
     Shard sizes are multiples of `granularity` (one device takes the remainder), so that a
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
@@ -364,14 +365,18 @@ class ThroughputBalancer:
         device, gradient reduction, optimizer step, loss read-back) into its device set's
         record. Before a device has run alone for real, its record is its calibrated
         forward/backward time plus transfers (no optimizer step); the first real step of that
-        mode replaces it."""
+        mode replaces it when faster, and is averaged in when slower."""
         batch = sum(shard_sizes)
         if batch <= 0:
             return
         key = self._key([i for i, n in enumerate(shard_sizes) if n > 0])
         now = seconds / batch
-        # A record that no real step made yet (a calibration's) is replaced, not averaged.
-        old = self.measured.get(key) if key in self.last_seen else None
+        old = self.measured.get(key)
+        if key not in self.last_seen and old is not None and now < old:
+            # A calibration's record that the first real step beats is replaced: calibrated
+            # passes run cold and can be several times slow. One that it does not beat is
+            # averaged, as a first step may carry one-off costs (the first optimizer step).
+            old = None
         self.last_seen[key] = self.plans
         if self.probing:
             # A probe's step is its verdict: is the set now faster than the other candidates of
@@ -504,6 +509,7 @@ class ThroughputBalancer:
             # probe_limit² times the best (a CPU alone beside an H200 still is).
             best_ran = any(k in self.last_seen and self.measured.get(k) == best_seen for k in candidates)
             calibrated_only = [k for k in candidates if best_ran and k in self.measured and k not in self.last_seen
+                               and k not in self.last_probe  # once (a probe at a new shape is unrecorded)
                                and self.measured[k] <= self.probe_limit ** 2 * best_seen]
             due = [k for k in candidates
                    if ((k in self.recheck and not far(k)) or k in calibrated_only)
@@ -543,7 +549,9 @@ class ThroughputBalancer:
             # it took the place, it would still be the best.
             self.recheck.add(self.incumbent)
         if best != self.incumbent or self._incumbent_record is None:
-            # (a model split takes the place before it has a record: its first one counts)
+            # A model split without a record counts its first one as the record it took the
+            # place with. (A calibrated record counts as it is: when the first real steps then
+            # lose the place, one recheck tells a one-off slow first step from the real speed.)
             self.incumbent, self._incumbent_record = best, self.measured.get(best)
         return candidates[best]
 

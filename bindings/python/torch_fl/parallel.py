@@ -609,6 +609,17 @@ def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
     raise TypeError(f"cannot split a batch of type {type(value).__name__}")
 
 
+def _map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
+    """`value` with `fn` applied to every tensor in it (tuples, lists and dicts followed)."""
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_map_tensors(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: _map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
 def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> Any:
     """`value` on `device`. Onto an accelerator, with non_blocking: a tensor in pinned host
     memory is copied without waiting (queued on the device's current stream, as
@@ -617,17 +628,15 @@ def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> A
     with nothing to order it after a copy still queued on an fl device. With
     `in_place_from_host` (an fl device whose plugin takes host pointers), a host tensor that
     does not require grad is not copied: the device uses its memory in place."""
-    if isinstance(value, torch.Tensor):
-        if (in_place_from_host and value.device.type == "cpu" and not value.requires_grad
-                and not value.is_neg() and not value.is_conj()):
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if (in_place_from_host and t.device.type == "cpu" and not t.requires_grad
+                and not t.is_neg() and not t.is_conj()):
             index = device.index if device.index is not None else torch.fl.current_device()
-            return _C.device_view_of_host(value, index)
-        return value.to(device, non_blocking=device.type != "cpu")
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to(v, device, in_place_from_host) for v in value)
-    if isinstance(value, dict):
-        return {k: _to(v, device, in_place_from_host) for k, v in value.items()}
-    return value
+            return _C.device_view_of_host(t, index)
+        return t.to(device, non_blocking=device.type != "cpu")
+
+    return _map_tensors(value, move)
 
 
 def _tensors_of(value: Any) -> list[torch.Tensor]:
@@ -643,13 +652,7 @@ def _tensors_of(value: Any) -> list[torch.Tensor]:
 
 def _host_copy(value: Any) -> Any:
     """`value` with every host tensor cloned (tuples, lists and dicts followed)."""
-    if isinstance(value, torch.Tensor):
-        return value.clone() if value.device.type == "cpu" else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_host_copy(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _host_copy(v) for k, v in value.items()}
-    return value
+    return _map_tensors(value, lambda t: t.clone() if t.device.type == "cpu" else t)
 
 
 def _takes_host_pointers(device: torch.device) -> bool:

@@ -156,6 +156,18 @@ def test_a_probe_that_wins_resets_the_backoff():
     assert b.losses[b._key([0, 1])] == 0
 
 
+def _run_plans(b: ThroughputBalancer, plans: int, seconds_per_sample) -> list[tuple[str, bool]]:
+    """Runs `plans` plans of a batch of 64, one recorded step each, the step taking
+    seconds_per_sample(plan, device set) per sample; returns (device set, rechecking) per plan."""
+    chosen = []
+    for plan in range(plans):
+        sizes = b.plan(64)
+        key = b._key(i for i, n in enumerate(sizes) if n > 0)
+        chosen.append((key, b.rechecking))
+        b.record_step(sizes, seconds_per_sample(plan, key) * 64)
+    return chosen
+
+
 def test_a_set_that_loses_its_place_to_a_slow_spell_is_rechecked_at_the_next_plan():
     """A host slow spell inflates the record of whatever runs (fl:1 alone), a stale record of
     the pair displaces it; the next plan runs fl:1 alone once more, not the probe clock's turn
@@ -167,12 +179,7 @@ def test_a_set_that_loses_its_place_to_a_slow_spell_is_rechecked_at_the_next_pla
     b.last_seen["0,1"] = 0
     normal = {"1": 0.4e-3, "0,1": 0.5e-3, "0": 2.5e-3}
     spell = {"1": 0.7e-3, "0,1": 0.55e-3, "0": 2.8e-3}  # a split is hit less by a spell
-    chosen = []
-    for plan in range(12):
-        sizes = b.plan(64)
-        key = b._key(i for i, n in enumerate(sizes) if n > 0)
-        chosen.append((key, b.rechecking))
-        b.record_step(sizes, (spell if plan in (3, 4) else normal)[key] * 64)
+    chosen = _run_plans(b, 12, lambda plan, key: (spell if plan in (3, 4) else normal)[key])
     keys = [k for k, _ in chosen]
     assert keys[:4] == ["1"] * 4
     assert keys[4] == "0,1"                       # the spell's step lifted fl:1's record past the pair's
@@ -192,12 +199,7 @@ def test_a_set_known_only_from_calibration_runs_once_when_the_best_has_run():
     b.calibrate(0, [(16, 0.04), (64, 0.16)])      # 2.5 ms / sample alone
     b.calibrate(1, [(16, 0.016), (64, 0.064)])    # 1.0 ms / sample calibrated, 0.4 for real
     real = {"1": 0.4e-3, "0,1": 0.6e-3, "0": 2.5e-3}
-    chosen = []
-    for _ in range(8):
-        sizes = b.plan(64)
-        key = b._key(i for i, n in enumerate(sizes) if n > 0)
-        chosen.append((key, b.rechecking))
-        b.record_step(sizes, real[key] * 64)
+    chosen = _run_plans(b, 8, lambda plan, key: real[key])
     assert chosen[0] == ("0,1", False)            # the model's split, never measured
     assert chosen[1] == ("1", True)               # then fl:1 alone, whose record was a calibration
     assert [k for k, _ in chosen[2:]] == ["1"] * 6
@@ -212,12 +214,7 @@ def test_a_calibration_off_by_more_than_the_probe_limit_is_still_probed_early():
     b.calibrate(0, [(16, 0.08), (64, 0.32)])      # 5 ms / sample alone: beyond probe_limit², never probed
     b.calibrate(1, [(16, 0.024), (64, 0.096)])    # 1.5 ms / sample calibrated, 0.5 for real
     real = {"1": 0.5e-3, "0,1": 0.6e-3, "0": 5e-3}
-    chosen = []
-    for _ in range(6):
-        sizes = b.plan(64)
-        key = b._key(i for i, n in enumerate(sizes) if n > 0)
-        chosen.append(key)
-        b.record_step(sizes, real[key] * 64)
+    chosen = [key for key, _ in _run_plans(b, 6, lambda plan, key: real[key])]
     assert chosen == ["0,1", "1", "1", "1", "1", "1"]
     assert b.measured["1"] == pytest.approx(0.5e-3)   # replaced, not averaged with 1.5e-3
 
@@ -257,13 +254,9 @@ def test_a_split_that_took_its_place_unmeasured_is_rechecked_after_a_spell():
     b.calibrate(0, [(16, 0.0128), (64, 0.0512)])  # 0.8 ms / sample alone
     b.calibrate(1, [(16, 0.0128), (64, 0.0512)])  # 0.8 ms / sample alone
     b.last_seen.update({"0": 0, "1": 0})          # both ran before (their records are real)
-    chosen = []
-    for plan in range(10):
-        sizes = b.plan(64)
-        key = b._key(i for i, n in enumerate(sizes) if n > 0)
-        chosen.append((key, b.rechecking))
-        spell = plan in (2, 3)                    # hits the split hard, fl:1 alone would not be
-        b.record_step(sizes, {"0,1": 1.6e-3 if spell else 0.5e-3, "0": 0.8e-3, "1": 0.8e-3}[key] * 64)
+    # The spell (plans 2 and 3) hits the split hard; fl:1 alone would not be.
+    chosen = _run_plans(b, 10, lambda plan, key: {"0,1": 1.6e-3 if plan in (2, 3) else 0.5e-3,
+                                                  "0": 0.8e-3, "1": 0.8e-3}[key])
     keys = [k for k, _ in chosen]
     assert keys[:3] == ["0,1"] * 3
     assert keys[3] in ("0", "1")                  # the spell lifted the split's record past them
@@ -299,13 +292,9 @@ def test_a_recheck_that_loses_is_averaged_in_without_backoff():
     b.calibrate(1, [(16, 0.0064), (64, 0.0256)])
     b.measured["0,1"] = 0.5e-3
     b.last_seen["0,1"] = 0
-    chosen = []
-    for plan in range(10):
-        sizes = b.plan(64)
-        key = b._key(i for i, n in enumerate(sizes) if n > 0)
-        chosen.append((key, b.rechecking))
-        slow = plan >= 3                           # fl:1 alone really became slower: the pair wins for good
-        b.record_step(sizes, {"1": 0.7e-3 if slow else 0.4e-3, "0,1": 0.5e-3, "0": 2.5e-3}[key] * 64)
+    # From plan 3 on fl:1 alone really is slower: the pair wins for good.
+    chosen = _run_plans(b, 10, lambda plan, key: {"1": 0.7e-3 if plan >= 3 else 0.4e-3,
+                                                  "0,1": 0.5e-3, "0": 2.5e-3}[key])
     assert [k for k, _ in chosen].count("1") == 5  # plans 0-3, and one recheck
     assert sum(1 for _, r in chosen if r) == 1
     assert chosen[-3:] == [("0,1", False)] * 3

@@ -4,6 +4,7 @@ giving the parameters of a single-device big-batch run, bit-identical replicas, 
 checkpoint/resume."""
 from __future__ import annotations
 
+import collections
 import copy
 import io
 import time
@@ -515,6 +516,85 @@ def test_returned_loss_is_the_big_batch_mean():
     hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _optimizer, split=[2, 1])
     try:
         assert hdp.train_step(xs[0], ys[0], F.cross_entropy) == pytest.approx(expected, abs=1e-12)
+    finally:
+        hdp.close()
+
+
+Record = collections.namedtuple("Record", "features mask scale")
+
+
+class _RecordModel(nn.Module):
+    """Takes a namedtuple batch as one argument, as nn.DataParallel passes it: a tensor of
+    features, a per-row mask, and a float that every shard must receive as it is."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.net = _model(dtype)
+
+    def forward(self, record: Record) -> torch.Tensor:
+        assert isinstance(record, Record) and record.scale == 0.5
+        return self.net(record.features * record.mask * record.scale)
+
+
+@pytest.mark.parametrize("split", [None, [3, 1]], ids=["measured", "fixed3to1"])
+def test_a_namedtuple_batch_is_split_along_its_tensors_and_equals_the_big_batch(split):
+    xs, ys = _data(torch.float64, steps=4, batch=40)
+    g = torch.Generator().manual_seed(7)
+    masks = [(torch.rand(40, 1, generator=g) > 0.2).double() for _ in xs]
+    torch.manual_seed(0)
+    reference = _RecordModel(torch.float64).to("fl:0")
+    opt = _optimizer(reference.parameters())
+    for x, m, y in zip(xs, masks, ys):
+        opt.zero_grad()
+        F.cross_entropy(reference(Record(x.to("fl:0"), m.to("fl:0"), 0.5)), y.to("fl:0")).backward()
+        opt.step()
+    torch.manual_seed(0)
+    hdp = HeteroDataParallel(_RecordModel(torch.float64), ["fl:0", "fl:1"], _optimizer, split=split,
+                             rebalance_every=2, debug=True)
+    try:
+        for x, m, y in zip(xs, masks, ys):
+            # the targets as a dict, to a loss that reads it
+            hdp.train_step(Record(x, m, 0.5), {"label": y}, lambda out, t: F.cross_entropy(out, t["label"]))
+        if split is not None:
+            assert hdp.last_shards == [30, 10]
+        for got, want in zip(hdp.module.parameters(), reference.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
+def test_targets_may_be_none_when_the_loss_needs_only_the_output():
+    xs, _ = _data(torch.float64, steps=2, batch=40)
+    reference = _model(torch.float64).to("fl:0")
+    opt = _optimizer(reference.parameters())
+    for x in xs:
+        opt.zero_grad()
+        reference(x.to("fl:0")).pow(2).mean().backward()
+        opt.step()
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, split=[1, 1])
+    try:
+        for x in xs:
+            hdp.train_step(x, None, lambda out, _: out.pow(2).mean())
+        for got, want in zip(hdp.module.parameters(), reference.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
+def test_a_batch_whose_tensors_disagree_on_its_size_is_refused_and_changes_nothing():
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, split=[1, 1])
+    try:
+        before = [p.detach().cpu().clone() for p in hdp.module.parameters()]
+        x = torch.randn(40, 12, dtype=torch.float64)
+        with pytest.raises(ValueError, match=r"targets' batch size \(39\) differs from the inputs' \(40\)"):
+            hdp.train_step(x, torch.zeros(39, dtype=torch.long), F.cross_entropy)
+        with pytest.raises(ValueError, match=r"must have the batch's size there; got shapes \[\(40, 12\), \(8,\)\]"):
+            hdp.train_step((x, torch.ones(8)), torch.zeros(40, dtype=torch.long), F.cross_entropy)
+        with pytest.raises(TypeError, match="must hold at least one tensor; got str"):
+            hdp.train_step("rows", torch.zeros(40, dtype=torch.long), F.cross_entropy)
+        assert hdp.steps == 0
+        for p, b in zip(hdp.module.parameters(), before):
+            assert torch.equal(p.detach().cpu(), b)
     finally:
         hdp.close()
 

@@ -118,6 +118,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
+from torch.utils import _pytree as pytree
 
 from . import _C
 
@@ -596,28 +597,25 @@ class ThroughputBalancer:
 # ---- the data-parallel wrapper -------------------------------------------------------
 
 
+def _tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """The tensors in a batch: the leaves of its pytree (tuples, lists, dicts, namedtuples and
+    whatever else torch.utils._pytree knows) that are tensors."""
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+
+
 def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
-    """Splits a tensor (or a tuple/list/dict of tensors) along dim 0 into `sizes` pieces."""
-    if isinstance(value, torch.Tensor):
-        return list(torch.split(value, sizes, dim=0))
-    if isinstance(value, (tuple, list)):
-        parts = [_split_batch(v, sizes) for v in value]
-        return [type(value)(p[k] for p in parts) for k in range(len(sizes))]
-    if isinstance(value, dict):
-        parts = {key: _split_batch(v, sizes) for key, v in value.items()}
-        return [{key: p[k] for key, p in parts.items()} for k in range(len(sizes))]
-    raise TypeError(f"cannot split a batch of type {type(value).__name__}")
+    """Splits a batch into `sizes` pieces of the same structure: every tensor along dim 0;
+    any other leaf (a flag, a string) goes to every piece as it is, as nn.DataParallel's
+    scatter passes non-tensors by reference."""
+    leaves, spec = pytree.tree_flatten(value)
+    pieces = [torch.split(leaf, sizes, dim=0) if isinstance(leaf, torch.Tensor) else None for leaf in leaves]
+    return [pytree.tree_unflatten([leaf if split is None else split[k] for leaf, split in zip(leaves, pieces)], spec)
+            for k in range(len(sizes))]
 
 
 def _map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """`value` with `fn` applied to every tensor in it (tuples, lists and dicts followed)."""
-    if isinstance(value, torch.Tensor):
-        return fn(value)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_map_tensors(v, fn) for v in value)
-    if isinstance(value, dict):
-        return {k: _map_tensors(v, fn) for k, v in value.items()}
-    return value
+    """`value` with `fn` applied to every tensor in it (its pytree followed)."""
+    return pytree.tree_map_only(torch.Tensor, fn, value)
 
 
 def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> Any:
@@ -639,19 +637,8 @@ def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> A
     return _map_tensors(value, move)
 
 
-def _tensors_of(value: Any) -> list[torch.Tensor]:
-    """The tensors in `value` (tuples, lists and dicts followed)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors_of(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors_of(v)]
-    return []
-
-
 def _host_copy(value: Any) -> Any:
-    """`value` with every host tensor cloned (tuples, lists and dicts followed)."""
+    """`value` with every host tensor cloned (its pytree followed)."""
     return _map_tensors(value, lambda t: t.clone() if t.device.type == "cpu" else t)
 
 
@@ -662,13 +649,18 @@ def _takes_host_pointers(device: torch.device) -> bool:
 
 
 def _batch_size(value: Any) -> int:
-    if isinstance(value, torch.Tensor):
-        return value.shape[0]
-    if isinstance(value, (tuple, list)):
-        return _batch_size(value[0])
-    if isinstance(value, dict):
-        return _batch_size(next(iter(value.values())))
-    raise TypeError(f"cannot take the batch size of {type(value).__name__}")
+    """The batch size of a batch: the length along dim 0 that every tensor in it shares."""
+    tensors = _tensor_leaves(value)
+    if not tensors:
+        raise TypeError(f"a batch must hold at least one tensor; got {type(value).__name__} with none")
+    if any(t.dim() == 0 for t in tensors):
+        raise ValueError("every tensor of a batch is split along dim 0, so none may be 0-dimensional; "
+                         f"got shapes {[tuple(t.shape) for t in tensors]}")
+    size = tensors[0].shape[0]
+    if any(t.shape[0] != size for t in tensors):
+        raise ValueError("every tensor of a batch is split along dim 0 and must have the batch's size "
+                         f"there; got shapes {[tuple(t.shape) for t in tensors]}")
+    return size
 
 
 def _plugin_of(device: torch.device) -> str | None:
@@ -677,7 +669,9 @@ def _plugin_of(device: torch.device) -> str | None:
 
 
 def _call(module: nn.Module, inputs: Any) -> Any:
-    if isinstance(inputs, tuple):
+    """The module on a shard of the inputs: a plain tuple is its positional arguments, a dict
+    its keyword arguments, anything else (a tensor, a list, a namedtuple) one argument."""
+    if type(inputs) is tuple:
         return module(*inputs)
     if isinstance(inputs, dict):
         return module(**inputs)
@@ -864,7 +858,7 @@ class HeteroDataParallel:
             p.grad = None
         loss = loss_fn(_call(replica, x), y)
         (loss * weight if weight != 1.0 else loss).backward()
-        if in_place and any(t._version != 0 for t in _tensors_of((x, y)) if t.device == device):
+        if in_place and any(t._version != 0 for t in _tensor_leaves((x, y)) if t.device == device):
             # The module or the loss wrote its inputs in place, and so the caller's batch: from
             # the next step on this device gets copies, as the others do.
             self._in_place_from_host[index] = False
@@ -989,8 +983,16 @@ class HeteroDataParallel:
 
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable[[Any, Any], torch.Tensor]) -> float:
         """One optimizer step on a batch; `loss_fn(output, target)` must return the mean loss
-        over its shard. Returns the batch's mean loss (Σ n_i/N · loss_i)."""
+        over its shard. Returns the batch's mean loss (Σ n_i/N · loss_i).
+
+        `inputs` and `targets` are tensors or nests of them (tuples, lists, dicts,
+        namedtuples: anything torch.utils._pytree flattens); every tensor in them is split
+        along dim 0 and must have the batch's size there, other leaves go to every shard as
+        they are (`targets` may be None). A plain tuple of inputs is the module's positional
+        arguments, a dict its keyword arguments, anything else one argument."""
         batch = _batch_size(inputs)
+        if _tensor_leaves(targets) and _batch_size(targets) != batch:
+            raise ValueError(f"the targets' batch size ({_batch_size(targets)}) differs from the inputs' ({batch})")
         if self.fixed_split is None and not self.balancer.calibrated:
             self.calibrate(inputs, targets, loss_fn)
         sizes = self._shard_sizes(batch)

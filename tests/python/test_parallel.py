@@ -192,6 +192,26 @@ def test_a_set_that_loses_its_place_to_a_slow_spell_is_rechecked_at_the_next_pla
     assert [e["chose"] for e in rechecks] == ["1"]
 
 
+def test_one_step_far_slower_than_normal_does_not_exile_the_fastest_device():
+    """One step of fl:1 alone 80x slower than normal (a page-in, a driver hiccup) lifts its
+    record far past the probe limit. It was the best when it took its place, so it is
+    rechecked at the next plan, wins, and keeps its place; it does not wait the longest probe
+    interval (probe_every·64 plans) while the slower pair runs."""
+    b = ThroughputBalancer(2, ema=0.5, probe_every=5)
+    b.calibrate(0, [(16, 0.04), (64, 0.16)])     # 2.5 ms / sample alone
+    b.calibrate(1, [(16, 0.0064), (64, 0.0256)])  # 0.4 ms / sample alone
+    b.measured["0,1"] = 0.5e-3
+    b.last_seen["0,1"] = 0
+    chosen = _run_plans(b, 12, lambda plan, key: {"1": 32e-3 if plan == 3 else 0.4e-3,
+                                                  "0,1": 0.5e-3, "0": 2.5e-3}[key])
+    keys = [k for k, _ in chosen]
+    assert keys[:4] == ["1"] * 4
+    assert keys[4] == "0,1"                       # the hiccup's record (16.2 ms) is far past the pair's
+    assert chosen[5] == ("1", True)               # rechecked at the next plan all the same...
+    assert keys[6:].count("1") >= 5               # ...won, and kept (the probe clock may run the pair once)
+    assert b.measured["1"] == pytest.approx(0.4e-3)
+
+
 def test_a_set_known_only_from_calibration_runs_once_when_the_best_has_run():
     """Calibrated passes can be far off (cold caches, no optimizer step): a device alone whose
     record is only its calibration's is probed at the first counted plan after the best set

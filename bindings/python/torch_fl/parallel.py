@@ -279,9 +279,11 @@ class ThroughputBalancer:
 
     Recheck: a set that loses its place as the best because its own record rose (a slow spell
     of a shared host inflates the record of whatever runs) is probed once at the next counted
-    plan, whatever the probe clock says, unless it is far slower than the best. The record
-    that displaced it was measured in other conditions (plans ago), so one step answers which
-    is faster now; a recheck that loses is averaged in, without the backoff. So is a set whose
+    plan, whatever the probe clock says, even when that record is now far slower than the
+    best (one step of a device 80x slower than normal would otherwise exile the fastest device
+    for probe_every·64 plans). The record that displaced it was measured in other conditions
+    (plans ago), so one step answers which is faster now; a recheck that loses is averaged
+    in, without the backoff. So is a set whose
     record is still its calibration's (a device alone that never ran a real step; calibrated
     passes can be far off, cold caches and no optimizer step) once the best set has run,
     unless it is more than probe_limit² times slower; a first real step faster than the
@@ -512,9 +514,12 @@ class ThroughputBalancer:
             calibrated_only = [k for k in candidates if best_ran and k in self.measured and k not in self.last_seen
                                and k not in self.last_probe  # once (a probe at a new shape is unrecorded)
                                and self.measured[k] <= self.probe_limit ** 2 * best_seen]
+            # A recheck is due even when the set's record is now far slower than the best: it
+            # was the best when it took its place, so a step or two slower than that by orders
+            # of magnitude (a page-in, a driver hiccup) is what made it far, and one step
+            # costs less than the longest wait would lose.
             due = [k for k in candidates
-                   if ((k in self.recheck and not far(k)) or k in calibrated_only)
-                   and self.measured.get(k) != best_seen]
+                   if (k in self.recheck or k in calibrated_only) and self.measured.get(k) != best_seen]
             self.recheck.clear()
             if due:
                 key = min(due, key=self.measured.__getitem__)

@@ -9,7 +9,9 @@
 #include <plugin_support.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <vector>
@@ -19,10 +21,15 @@ namespace {
 
 constexpr uint64_t kDefaultSeed = 67280421310721ull;  // PyTorch's default generator seed
 
+// How host threads wait for a device (hipSetDeviceFlags' scheduling bits): automatic leaves
+// the flags as they are.
+enum class SyncMode { automatic, spin, yield, blocking };
+
 struct HipState {
   bool initialized = false;
   const fl_host_services* host = nullptr;
   uint64_t seed = kDefaultSeed;
+  SyncMode sync = SyncMode::automatic;
   std::vector<std::unique_ptr<DeviceState>> devices;
   std::vector<hip::HipProperties> properties;
 };
@@ -32,7 +39,31 @@ HipState& state() {
   return s;
 }
 
+SyncMode parse_sync_mode(const std::string& value, const std::string& where) {
+  if (value == "auto") return SyncMode::automatic;
+  if (value == "spin") return SyncMode::spin;
+  if (value == "yield") return SyncMode::yield;
+  if (value == "blocking") return SyncMode::blocking;
+  plugin::raise(FL_ERR_INVALID_ARGUMENT, "hip plugin: " + where + value + " is not one of auto, spin, yield, blocking");
+}
+
+unsigned int schedule_flag(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::spin: return hipDeviceScheduleSpin;
+    case SyncMode::yield: return hipDeviceScheduleYield;
+    case SyncMode::blocking: return hipDeviceScheduleBlockingSync;
+    case SyncMode::automatic: break;
+  }
+  return 0;
+}
+
+// Parses "key=value;key=value". Unknown keys are logged and ignored.
+//   seed=N     the dropout RNG's seed
+//   sync=MODE  how host threads wait for the device: auto (the device's flags as they are),
+//              spin, yield or blocking (or FL_HIP_SYNC; the option wins), as the CUDA
+//              plugin's sync= option
 void apply_options(const std::string& options, HipState& s) {
+  std::optional<SyncMode> sync;
   size_t start = 0;
   while (start <= options.size()) {
     size_t end = options.find(';', start);
@@ -48,9 +79,33 @@ void apply_options(const std::string& options, HipState& s) {
       } catch (const std::exception&) {
         plugin::raise(FL_ERR_INVALID_ARGUMENT, "option seed=" + value + " is not an integer");
       }
+    } else if (key == "sync") {
+      sync = parse_sync_mode(value, "option sync=");
     } else {
       hip::log_message(FL_LOG_WARN, "hip plugin: ignoring unknown option '" + key + "'");
     }
+  }
+  // The environment counts only where the options say nothing.
+  if (!sync) {
+    const char* env = std::getenv("FL_HIP_SYNC");
+    sync = env != nullptr && *env != '\0' ? parse_sync_mode(env, "FL_HIP_SYNC=") : SyncMode::automatic;
+  }
+  s.sync = *sync;
+}
+
+// Sets the scheduling bits of device `device`'s flags (the current device) to `mode`, keeping
+// the other bits; a runtime that refuses (a context already active that it cannot update)
+// gets a warning, not an error: the device still works, with the waits it had.
+void apply_sync_mode(int device, SyncMode mode) {
+  if (mode == SyncMode::automatic) return;
+  unsigned int flags = 0;
+  hipError_t err = hipGetDeviceFlags(&flags);
+  if (err == hipSuccess)
+    err = hipSetDeviceFlags((flags & ~static_cast<unsigned int>(hipDeviceScheduleMask)) | schedule_flag(mode));
+  if (err != hipSuccess) {
+    (void)hipGetLastError();
+    hip::log_message(FL_LOG_WARN, "hip plugin: device " + std::to_string(device) +
+                                      ": the sync option was not applied (" + hipGetErrorString(err) + ")");
   }
 }
 
@@ -100,6 +155,7 @@ void init_runtime_devices(const fl_host_services* host, const std::string& optio
   try {
     for (int i = 0; i < count; ++i) {
       check_gpu(hipSetDevice(i), "hipSetDevice");
+      apply_sync_mode(i, s.sync);
       hipDeviceProp_t prop{};
       check_gpu(hipGetDeviceProperties(&prop, i), "hipGetDeviceProperties");
       auto dev = std::make_unique<DeviceState>();

@@ -1,6 +1,7 @@
 // test_vendor_plugins.cpp — fl-plugin-check's verdicts on the vendor plugins this machine can
-// build but not run (HIP, Ascend: every device-free check passes, device checks are skipped
-// with the runtime's own reason) and on the template plugin (every check, kernels included).
+// build but not run (HIP, CUDA, Ascend: every device-free check passes, device checks are
+// skipped with the runtime's own reason; the GPU plugins' options are checked before the
+// runtime is asked for devices) and on the template plugin (every check, kernels included).
 // A plugin whose path is empty was not built in this configuration: its test is skipped.
 #include <catch2/catch.hpp>
 
@@ -10,6 +11,7 @@
 
 #include <cstdio>
 #include <string>
+#include <tuple>
 
 namespace {
 
@@ -27,8 +29,11 @@ struct ToolRun {
   }
 };
 
-ToolRun run_tool(const std::string& plugin) {
-  const std::string command = std::string(FL_PLUGIN_CHECK_TOOL) + " --json " + plugin + " 2>/dev/null";
+// fl-plugin-check --json on `plugin`, with `options` for its init (--options) and `env`
+// ("NAME=value", or empty) in its environment.
+ToolRun run_tool(const std::string& plugin, const std::string& options = "", const std::string& env = "") {
+  const std::string command = (env.empty() ? "" : "env '" + env + "' ") + FL_PLUGIN_CHECK_TOOL + " --json " +
+                              (options.empty() ? "" : "--options '" + options + "' ") + plugin + " 2>/dev/null";
   ToolRun run;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -63,6 +68,26 @@ void check_device_plugin(const std::string& path, const std::string& name, const
   }
 }
 
+// A GPU plugin reads its sync= option, and where the options say nothing the `env_name`
+// variable, before it asks the runtime for devices: a value it does not know fails init
+// naming where it came from, with or without a device; the option wins over the variable.
+void check_sync_option(const std::string& path, const std::string& env_name) {
+  const std::string bad = env_name + "=sometimes";
+  for (const auto& [options, env, named] : {std::tuple<std::string, std::string, std::string>{"sync=sometimes", "", "option sync=sometimes"},
+                                            {"", bad, bad}}) {
+    ToolRun run = run_tool(path, options, env);
+    INFO(run.text);
+    CHECK(run.exit_code != 0);
+    const auto& init = run.check("init");
+    CHECK(init["status"] == "fail");
+    CHECK_THAT(init["message"].get<std::string>(), Catch::Contains(named + " is not one of auto, spin, yield, blocking"));
+  }
+  ToolRun run = run_tool(path, "sync=blocking", bad);
+  INFO(run.text);
+  CHECK(run.exit_code == 0);
+  CHECK(run.check("init")["status"] != "fail");
+}
+
 }  // namespace
 
 TEST_CASE("the template plugin passes every fl-plugin-check check, its two kernels included") {
@@ -84,6 +109,30 @@ TEST_CASE("the HIP plugin passes the device-free checks; without an AMD GPU init
     return;
   }
   check_device_plugin(FL_HIP_PLUGIN, "hip", "HIP");
+}
+
+TEST_CASE("the HIP plugin refuses a sync mode it does not know, from its option or FL_HIP_SYNC") {
+  if (std::string(FL_HIP_PLUGIN).empty()) {
+    WARN("libfl_hip.so not built in this configuration (no hipcc)");
+    return;
+  }
+  check_sync_option(FL_HIP_PLUGIN, "FL_HIP_SYNC");
+}
+
+TEST_CASE("the CUDA plugin passes the device-free checks; without an NVIDIA GPU init says why") {
+  if (std::string(FL_CUDA_PLUGIN).empty()) {
+    WARN("libfl_cuda.so not built in this configuration (no nvcc)");
+    return;
+  }
+  check_device_plugin(FL_CUDA_PLUGIN, "cuda", "CUDA");
+}
+
+TEST_CASE("the CUDA plugin refuses a sync mode it does not know, from its option or FL_CUDA_SYNC") {
+  if (std::string(FL_CUDA_PLUGIN).empty()) {
+    WARN("libfl_cuda.so not built in this configuration (no nvcc)");
+    return;
+  }
+  check_sync_option(FL_CUDA_PLUGIN, "FL_CUDA_SYNC");
 }
 
 TEST_CASE("the Ascend plugin passes the device-free checks; without CANN init says why") {

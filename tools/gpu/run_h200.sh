@@ -12,6 +12,8 @@
 #   build         ninja -C build-gpu
 #   plugin_check  fl-plugin-check on libfl_cuda.so -> $OUT/plugin_check_cuda.json (+ text)
 #   dlopen_smoke  loads libfl_cuda.so with python ctypes, init, device list, kernel count
+#   vendor_tests  the Catch2 suite test_vendor_plugins (fl-plugin-check on each vendor plugin
+#                 built, the CUDA plugin's sync= option and FL_CUDA_SYNC), here with a device
 #   example_cnn   examples/train_cnn.py on fl:0 (the CUDA plugin only), then on cuda:0 apart
 #   bench_compare bench/compare.py --native cuda:0 --fl fl:0
 #   profile       bench/profile_step.py per training model, cuda:0 then fl:0
@@ -119,6 +121,10 @@ step_plugin_check() {
   local rc=$?
   "$tool" "$CUDA_SO" || true
   return $rc
+}
+
+step_vendor_tests() {
+  meson test -C "$BUILD" --print-errorlogs test_vendor_plugins
 }
 
 step_dlopen_smoke() {

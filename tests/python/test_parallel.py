@@ -511,6 +511,63 @@ def test_calibration_makes_the_fastest_device_the_reduction_device(monkeypatch):
         hdp.close()
 
 
+def test_calibration_times_copying_devices_on_the_callers_batch_and_in_place_ones_on_a_copy(monkeypatch):
+    """A device that copies its shard is timed on the caller's batch, pinned as it is (a clone
+    would be pageable: an H200 was calibrated at half its real speed); a device that reads the
+    batch in place is timed on a copy, so a model writing its inputs leaves the batch alone."""
+    xs, ys = _data(torch.float64, steps=1, batch=40)
+    x, y = xs[0].pin_memory(), ys[0].pin_memory()
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer)
+    try:
+        hdp._in_place_from_host = [True, False]  # fl:0 reads host batches in place, fl:1 copies
+        seen: dict[int, list[torch.Tensor]] = {0: [], 1: []}
+        run_shard = hdp._run_shard
+
+        def spy(index, inputs, targets, *args, **kwargs):
+            seen[index].append(inputs)
+            return run_shard(index, inputs, targets, *args, **kwargs)
+
+        monkeypatch.setattr(hdp, "_run_shard", spy)
+        hdp.calibrate(x, y, F.cross_entropy)
+        storage = x.untyped_storage().data_ptr()
+        assert seen[0] and seen[1]
+        assert all(t.untyped_storage().data_ptr() == storage and t.is_pinned() for t in seen[1])
+        assert all(t.untyped_storage().data_ptr() != storage for t in seen[0])
+        assert {t.shape[0] for t in seen[1]} == {10, 40}
+    finally:
+        hdp.close()
+
+
+def test_the_master_alone_is_timed_before_each_rebalance_and_corrects_its_slowdown(monkeypatch):
+    """When the master computes alone, the step before each re-balance times its shard with
+    events and folds it into its slowdown (the other steps are not timed), so that a split
+    planned later starts from the master's real speed, not only its calibration's."""
+    xs, ys = _data(torch.float64, steps=9, batch=40)
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, rebalance_every=4)
+    try:
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)  # calibration and a first step
+        master = hdp._master_index
+        assert hdp._master_times_with_events  # the CPU plugin times events
+        alone = [0, 0]
+        alone[master] = 40
+        monkeypatch.setattr(hdp.balancer, "plan", lambda *args, **kwargs: list(alone))
+        hdp.balancer.probing = False
+        hdp._forget_plans()
+        hdp.balancer.slowdown[master] = 50.0  # as if its calibration had been far off
+        changed = []
+        for x, y in zip(xs[1:], ys[1:]):
+            step, before = hdp.steps, hdp.balancer.slowdown[master]
+            hdp.train_step(x, y, F.cross_entropy)
+            assert hdp.last_shards == alone
+            if hdp.balancer.slowdown[master] != before:
+                changed.append(step)
+        assert changed == [3, 7]  # (step + 1) % rebalance_every == 0
+        assert hdp.balancer.slowdown[master] < 50.0 * (1 - hdp.balancer.ema) + 1e-9
+        assert hdp.last_device_seconds[master] is None  # step 8, the last, was not timed
+    finally:
+        hdp.close()
+
+
 def test_a_reduction_device_outside_the_training_devices():
     """The master on a device that computes no shard (here the host): every training device
     holds a replica, gradients meet on the master, results equal the big-batch run."""

@@ -11,7 +11,8 @@ Each step:
    a per-device model of step time, s_i·(a_i + b_i·n) + c_i, calibrated on the first batch
    with timed forward/backward passes on each device alone (a_i fixed cost, b_i cost per
    sample, c_i the gradient/weight transfer), with a slowdown s_i under concurrency learnt
-   from real steps (EMA); the split is recomputed every `rebalance_every` steps and minimises
+   from real steps (EMA; a master computing alone is timed with events on the step before
+   each re-balance, so that its estimate follows it too); the split is recomputed every `rebalance_every` steps and minimises
    the predicted step time. A device whose fixed cost exceeds the step time gets no shard.
    On top of the model, a measured guard: the real time per sample of every device set that
    ran is recorded, and the balancer runs whichever of {the model's split, each device
@@ -1025,8 +1026,16 @@ class HeteroDataParallel:
             if len(active) == 1 and self.replicas[active[0]] is self.module:
                 # The master alone: run it on this thread and do not wait for the device before
                 # the optimizer step, so that the step's dispatch overlaps the backward kernels,
-                # as in a plain training loop.
-                results = {active[0]: self._run_shard(active[0], in_parts[0], tgt_parts[0], loss_fn, wait=False)}
+                # as in a plain training loop. The step before each re-balance times its shard
+                # with events (read once the loss is back), so that the master's slowdown
+                # follows its real steps as the others' does in split steps: else it stays as
+                # calibrated, and a calibration that was off plans every split from it.
+                if self._master_times_with_events and self._times_master_alone():
+                    timed = active[0]
+                    results = {timed: self._queue_timed_shard(timed, in_parts[0], tgt_parts[0], loss_fn, 1.0)}
+                else:
+                    results = {active[0]: self._run_shard(active[0], in_parts[0], tgt_parts[0], loss_fn,
+                                                          wait=False)}
             else:
                 if self._side_pulls and any(i in self._stale for i in active):
                     self._prepare_side_pulls()
@@ -1116,6 +1125,12 @@ class HeteroDataParallel:
         self.steps += 1
         return loss
 
+    def _times_master_alone(self) -> bool:
+        """Whether a step of the master alone is timed: the last before a re-balance (so each
+        re-balance sees a fresh measurement of it) when the split is measured."""
+        return (self.fixed_split is None and self.rebalance_every > 0
+                and (self.steps + 1) % self.rebalance_every == 0)
+
     @torch.no_grad()
     def _reduce_gradients(self, active: Sequence[int]) -> None:
         """master.grad = Σ_i replica_i.grad over the devices that computed a shard; each shard's
@@ -1159,19 +1174,21 @@ class HeteroDataParallel:
         times the gradient round trip of every other device to it, and fits the balancer.
         Parameters and buffers are restored afterwards; no optimizer step is taken."""
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
-        if any(self._in_place_from_host):
-            # Calibration runs the batch several times on every device; a device that uses it
-            # in place gets a copy, so that a module writing its inputs in place leaves the
-            # caller's batch as a copying device would (the timed passes still run in place).
-            inputs, targets = _host_copy(inputs), _host_copy(targets)
+        # Calibration runs the batch several times on every device; a device that uses it in
+        # place gets a copy, so that a module writing its inputs in place leaves the caller's
+        # batch as a copying device would (the timed passes still run in place). The devices
+        # that copy read the caller's batch itself: a clone of a pinned batch is pageable, and
+        # a GPU timed on pageable uploads measured twice its real step (H200, wide MLP).
+        copies = (_host_copy(inputs), _host_copy(targets)) if any(self._in_place_from_host) else None
         batch = _batch_size(inputs)
         sizes = sorted({batch, max(batch // 4, 1)})
         points_by_device = []
         for i, device in enumerate(self.devices):
             points = []
+            xs, ys = copies if copies is not None and self._in_place_from_host[i] else (inputs, targets)
             for n in sizes:
-                x = _split_batch(inputs, [n, batch - n])[0] if n < batch else inputs
-                y = _split_batch(targets, [n, batch - n])[0] if n < batch else targets
+                x = _split_batch(xs, [n, batch - n])[0] if n < batch else xs
+                y = _split_batch(ys, [n, batch - n])[0] if n < batch else ys
                 self._run_shard(i, x, y, loss_fn)  # warm-up: caches, allocator, lazy init
                 for _ in range(self.calibration_reps):
                     points.append((n, self._run_shard(i, x, y, loss_fn)[1]))

@@ -20,6 +20,9 @@
 #   check_ops     tools/gpu/check_against_cpu.py: ops and an AdamW step against PyTorch's CPU
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
+#   hetero_target the H200 target as the ninth session measured it: the wide-MLP example
+#                 on pinned rows at batch 65536 (1,048,576 rows, 12 epochs), FL_CPU_THREADS=12
+#                 unless set; FL_HETERO_TARGET_RUNS runs (default 1)
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
 #   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count
 #   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
@@ -209,6 +212,19 @@ step_hetero_example() {
       timeout 180 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" --model "$model" --pin \
         --epochs "${FL_HETERO_EPOCHS:-8}" ${FL_HETERO_EXAMPLE_ARGS:-} || rc=1
     fi
+  done
+  return $rc
+}
+
+step_hetero_target() {
+  both_plugins_env
+  local rc=0 k cpu cuda
+  cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
+  for ((k = 1; k <= ${FL_HETERO_TARGET_RUNS:-1}; k++)); do
+    echo "== run $k: FL_CPU_THREADS=${FL_CPU_THREADS:-12} examples/hetero_train.py --devices $cpu $cuda --model wide" \
+         "--batch-size 65536 --samples 1048576 --epochs 12 --pin"
+    FL_CPU_THREADS="${FL_CPU_THREADS:-12}" timeout 240 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" \
+      --model wide --batch-size 65536 --samples 1048576 --epochs 12 --pin || rc=1
   done
   return $rc
 }

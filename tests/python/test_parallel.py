@@ -8,6 +8,7 @@ import collections
 import copy
 import io
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -613,7 +614,7 @@ class _RecordModel(nn.Module):
         return self.net(record.features * record.mask * record.scale)
 
 
-@pytest.mark.parametrize("split", [None, [3, 1]], ids=["measured", "fixed3to1"])
+@pytest.mark.parametrize("split", [[1, 1], [3, 1]], ids=["fixed1to1", "fixed3to1"])
 def test_a_namedtuple_batch_is_split_along_its_tensors_and_equals_the_big_batch(split):
     xs, ys = _data(torch.float64, steps=4, batch=40)
     g = torch.Generator().manual_seed(7)
@@ -632,15 +633,42 @@ def test_a_namedtuple_batch_is_split_along_its_tensors_and_equals_the_big_batch(
         for x, m, y in zip(xs, masks, ys):
             # the targets as a dict, to a loss that reads it
             hdp.train_step(Record(x, m, 0.5), {"label": y}, lambda out, t: F.cross_entropy(out, t["label"]))
-        if split is not None:
-            assert hdp.last_shards == [30, 10]
+        assert hdp.last_shards == ([20, 20] if split == [1, 1] else [30, 10])  # every step split
         for got, want in zip(hdp.module.parameters(), reference.parameters()):
             torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=0, atol=1e-12)
     finally:
         hdp.close()
 
 
-def test_targets_may_be_none_when_the_loss_needs_only_the_output():
+def test_batch_containers_of_any_subclass_are_split_and_moved():
+    """Subclasses of dict and list (which torch.utils._pytree would take for leaves) are
+    followed and keep their type; a 0-dimensional tensor and a string go to every shard
+    whole; tensors move with their container."""
+    from torch_fl.parallel import _batch_size, _split_batch, _to
+
+    class Fields(dict):
+        pass
+
+    class Rows(list):
+        pass
+
+    rows = torch.arange(40.0).view(20, 2)
+    temperature = torch.tensor(0.5)
+    batch = {"x": rows, "extra": Fields(w=torch.arange(20.0)), "rows": Rows([rows, 3]),
+             "temperature": temperature, "tag": "a"}
+    assert _batch_size(batch) == 20
+    first, second = _split_batch(batch, [15, 5])
+    assert type(first["extra"]) is Fields and type(second["rows"]) is Rows
+    assert torch.equal(first["extra"]["w"], torch.arange(15.0)) and second["rows"][0].shape == (5, 2)
+    assert second["rows"][1] == 3 and first["temperature"] is temperature and second["tag"] == "a"
+    moved = _to(second, torch.device("fl:1"))
+    assert type(moved["extra"]) is Fields and moved["tag"] == "a"
+    assert moved["extra"]["w"].device == moved["temperature"].device == torch.device("fl:1")
+    assert torch.equal(moved["extra"]["w"].cpu(), torch.arange(15.0, 20.0))
+
+
+@pytest.mark.parametrize("split", [None, [1, 1]], ids=["measured", "fixed"])
+def test_targets_may_be_none_when_the_loss_needs_only_the_output(split):
     xs, _ = _data(torch.float64, steps=2, batch=40)
     reference = _model(torch.float64).to("fl:0")
     opt = _optimizer(reference.parameters())
@@ -648,7 +676,7 @@ def test_targets_may_be_none_when_the_loss_needs_only_the_output():
         opt.zero_grad()
         reference(x.to("fl:0")).pow(2).mean().backward()
         opt.step()
-    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, split=[1, 1])
+    hdp = HeteroDataParallel(_model(torch.float64), ["fl:0", "fl:1"], _optimizer, split=split)
     try:
         for x in xs:
             hdp.train_step(x, None, lambda out, _: out.pow(2).mean())
@@ -667,7 +695,7 @@ def test_a_batch_whose_tensors_disagree_on_its_size_is_refused_and_changes_nothi
             hdp.train_step(x, torch.zeros(39, dtype=torch.long), F.cross_entropy)
         with pytest.raises(ValueError, match=r"must have the batch's size there; got shapes \[\(40, 12\), \(8,\)\]"):
             hdp.train_step((x, torch.ones(8)), torch.zeros(40, dtype=torch.long), F.cross_entropy)
-        with pytest.raises(TypeError, match="must hold at least one tensor; got str"):
+        with pytest.raises(TypeError, match="at least one tensor with a batch dimension .dim 0.; got str"):
             hdp.train_step("rows", torch.zeros(40, dtype=torch.long), F.cross_entropy)
         assert hdp.steps == 0
         for p, b in zip(hdp.module.parameters(), before):
@@ -871,6 +899,22 @@ def test_a_model_writing_its_inputs_in_place_is_noticed_and_then_gets_copies(spl
             hdp.train_step(x, y, F.cross_entropy)
         for x, b in zip(xs[1:], before[1:]):  # copies from then on: later batches untouched
             assert torch.equal(x, b)
+    finally:
+        hdp.close()
+
+
+@pytest.mark.parametrize("zero_copy", [True, False], ids=["fl_in_place", "fl_copies"])
+def test_calibration_leaves_the_callers_batch_alone_beside_a_native_cpu_device(zero_copy):
+    """The native CPU's .to() does not copy: calibration times it on a copy of the batch, so a
+    model writing its inputs in place does not change the caller's rows."""
+    xs, ys = _data(torch.float64, steps=1, batch=40)
+    before = xs[0].clone()
+    hdp = HeteroDataParallel(_ReluInputInPlace(), ["fl:0", "cpu"], _optimizer, host_zero_copy=zero_copy)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the in-place fl device is noticed and warned about
+            hdp.calibrate(xs[0], ys[0], F.cross_entropy)
+        assert torch.equal(xs[0], before)
     finally:
         hdp.close()
 

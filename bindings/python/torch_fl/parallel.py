@@ -12,7 +12,8 @@ Each step:
    with timed forward/backward passes on each device alone (a_i fixed cost, b_i cost per
    sample, c_i the gradient/weight transfer), with a slowdown s_i under concurrency learnt
    from real steps (EMA; a master computing alone is timed with events on the step before
-   each re-balance, so that its estimate follows it too); the split is recomputed every `rebalance_every` steps and minimises
+   each re-balance, so that its estimate follows it too: its s_i then mixes steps alone and
+   steps beside the others, which a split re-measures); the split is recomputed every `rebalance_every` steps and minimises
    the predicted step time. A device whose fixed cost exceeds the step time gets no shard.
    On top of the model, a measured guard: the real time per sample of every device set that
    ran is recorded, and the balancer runs whichever of {the model's split, each device
@@ -118,11 +119,11 @@ import threading
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
-from torch.utils import _pytree as pytree
 
 from . import _C
 
@@ -606,31 +607,68 @@ class ThroughputBalancer:
 # ---- the data-parallel wrapper -------------------------------------------------------
 
 
+def _items(value: Any) -> list[Any] | None:
+    """The elements of a container in a batch, in order: a mapping's values, a list's or a
+    tuple's elements (subclasses and namedtuples included); None for anything else, a leaf.
+    torch.utils._pytree is not used: it treats a subclass of dict or list as a leaf."""
+    if isinstance(value, Mapping):
+        return list(value.values())
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return None
+
+
+def _rebuild(value: Any, items: list[Any]) -> Any:
+    """A container like `value` (its type, its keys) holding `items`. A subclass whose
+    constructor does not take them comes back as its base: dict, list or tuple."""
+    if isinstance(value, Mapping):
+        plain = dict(zip(value.keys(), items))
+        if type(value) is dict:
+            return plain
+        try:
+            if isinstance(value, collections.defaultdict):
+                return type(value)(value.default_factory, plain)
+            return type(value)(plain)
+        except Exception:  # noqa: BLE001 - a constructor of its own: the plain mapping
+            return plain
+    if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple
+        return type(value)(*items)
+    base = tuple if isinstance(value, tuple) else list
+    if type(value) is base:
+        return base(items)
+    try:
+        return type(value)(items)
+    except Exception:  # noqa: BLE001
+        return base(items)
+
+
 def _tensor_leaves(value: Any) -> list[torch.Tensor]:
-    """The tensors in a batch: the leaves of its pytree (tuples, lists, dicts, namedtuples and
-    whatever else torch.utils._pytree knows) that are tensors."""
-    if isinstance(value, torch.Tensor):  # the common batch: no tree walk (a few µs a step)
+    """The tensors in a batch (its containers followed, see _items), in order."""
+    if isinstance(value, torch.Tensor):
         return [value]
-    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+    items = _items(value)
+    return [] if items is None else [t for item in items for t in _tensor_leaves(item)]
 
 
 def _split_batch(value: Any, sizes: list[int]) -> list[Any]:
-    """Splits a batch into `sizes` pieces of the same structure: every tensor along dim 0;
-    any other leaf (a flag, a string) goes to every piece as it is, as nn.DataParallel's
-    scatter passes non-tensors by reference."""
+    """Splits a batch into `sizes` pieces of the same structure: every tensor with a batch
+    dimension along dim 0; a 0-dimensional tensor and any other leaf (a flag, a string) go to
+    every piece as they are, as nn.DataParallel's scatter passes non-tensors by reference."""
     if isinstance(value, torch.Tensor):
-        return list(torch.split(value, sizes, dim=0))
-    leaves, spec = pytree.tree_flatten(value)
-    pieces = [torch.split(leaf, sizes, dim=0) if isinstance(leaf, torch.Tensor) else None for leaf in leaves]
-    return [pytree.tree_unflatten([leaf if split is None else split[k] for leaf, split in zip(leaves, pieces)], spec)
-            for k in range(len(sizes))]
+        return list(torch.split(value, sizes, dim=0)) if value.dim() > 0 else [value] * len(sizes)
+    items = _items(value)
+    if items is None:
+        return [value] * len(sizes)
+    parts = [_split_batch(item, sizes) for item in items]
+    return [_rebuild(value, [part[k] for part in parts]) for k in range(len(sizes))]
 
 
 def _map_tensors(value: Any, fn: Callable[[torch.Tensor], Any]) -> Any:
-    """`value` with `fn` applied to every tensor in it (its pytree followed)."""
+    """`value` with `fn` applied to every tensor in it (its containers followed)."""
     if isinstance(value, torch.Tensor):
         return fn(value)
-    return pytree.tree_map_only(torch.Tensor, fn, value)
+    items = _items(value)
+    return value if items is None else _rebuild(value, [_map_tensors(item, fn) for item in items])
 
 
 def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> Any:
@@ -653,7 +691,7 @@ def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> A
 
 
 def _host_copy(value: Any) -> Any:
-    """`value` with every host tensor cloned (its pytree followed)."""
+    """`value` with every host tensor cloned (its containers followed)."""
     return _map_tensors(value, lambda t: t.clone() if t.device.type == "cpu" else t)
 
 
@@ -664,13 +702,12 @@ def _takes_host_pointers(device: torch.device) -> bool:
 
 
 def _batch_size(value: Any) -> int:
-    """The batch size of a batch: the length along dim 0 that every tensor in it shares."""
-    tensors = _tensor_leaves(value)
+    """The batch size of a batch: the length along dim 0 that every tensor in it with a batch
+    dimension shares (0-dimensional tensors go to every shard whole)."""
+    tensors = [t for t in _tensor_leaves(value) if t.dim() > 0]
     if not tensors:
-        raise TypeError(f"a batch must hold at least one tensor; got {type(value).__name__} with none")
-    if any(t.dim() == 0 for t in tensors):
-        raise ValueError("every tensor of a batch is split along dim 0, so none may be 0-dimensional; "
-                         f"got shapes {[tuple(t.shape) for t in tensors]}")
+        raise TypeError("a batch must hold at least one tensor with a batch dimension (dim 0); "
+                        f"got {type(value).__name__} with none")
     size = tensors[0].shape[0]
     if any(t.shape[0] != size for t in tensors):
         raise ValueError("every tensor of a batch is split along dim 0 and must have the batch's size "
@@ -930,9 +967,10 @@ class HeteroDataParallel:
 
     def _queue_timed_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
                            weight: float) -> tuple[torch.Tensor, tuple[torch.Event, torch.Event, float]]:
-        """The master's shard in a step of several devices, queued from the step's own thread
-        without waiting for the device, so that the reduction and the optimizer step queue
-        behind its backward as in a plain loop; returns (loss, (begin, end, when)): two timing
+        """The master's shard in a step of several devices (or, on the step before a
+        re-balance, of the master alone), queued from the step's own thread without waiting
+        for the device, so that the reduction and the optimizer step queue behind its backward
+        as in a plain loop; returns (loss, (begin, end, when)): two timing
         events around the shard, read once the step has synchronized, and the host's
         perf_counter when `begin` was recorded."""
         device = self.devices[index]
@@ -1000,14 +1038,16 @@ class HeteroDataParallel:
         """One optimizer step on a batch; `loss_fn(output, target)` must return the mean loss
         over its shard. Returns the batch's mean loss (Σ n_i/N · loss_i).
 
-        `inputs` and `targets` are tensors or nests of them (tuples, lists, dicts,
-        namedtuples: anything torch.utils._pytree flattens); every tensor in them is split
-        along dim 0 and must have the batch's size there, other leaves go to every shard as
-        they are (`targets` may be None). A plain tuple of inputs is the module's positional
+        `inputs` and `targets` are tensors or nests of them (tuples, lists, mappings,
+        namedtuples, and their subclasses); every tensor in them is split along dim 0 and
+        must have the batch's size there, 0-dimensional tensors and other leaves go to every
+        shard as they are (`targets` may be None). A plain tuple of inputs is the module's positional
         arguments, a dict its keyword arguments, anything else one argument."""
         batch = _batch_size(inputs)
-        if _tensor_leaves(targets) and _batch_size(targets) != batch:
-            raise ValueError(f"the targets' batch size ({_batch_size(targets)}) differs from the inputs' ({batch})")
+        if any(t.dim() > 0 for t in _tensor_leaves(targets)):
+            target_batch = _batch_size(targets)
+            if target_batch != batch:
+                raise ValueError(f"the targets' batch size ({target_batch}) differs from the inputs' ({batch})")
         if self.fixed_split is None and not self.balancer.calibrated:
             self.calibrate(inputs, targets, loss_fn)
         sizes = self._shard_sizes(batch)
@@ -1177,18 +1217,21 @@ class HeteroDataParallel:
         times the gradient round trip of every other device to it, and fits the balancer.
         Parameters and buffers are restored afterwards; no optimizer step is taken."""
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
-        # Calibration runs the batch several times on every device; a device that uses it in
-        # place gets a copy, so that a module writing its inputs in place leaves the caller's
-        # batch as a copying device would (the timed passes still run in place). The devices
-        # that copy read the caller's batch itself: a clone of a pinned batch is pageable, and
-        # a GPU timed on pageable uploads measured twice its real step (H200, wide MLP).
-        copies = (_host_copy(inputs), _host_copy(targets)) if any(self._in_place_from_host) else None
+        # Calibration runs the batch several times on every device; a device that would
+        # compute on the caller's memory (an fl device that uses host batches in place, the
+        # native CPU, whose .to() does not copy) gets a copy, so that a module writing its
+        # inputs in place leaves the caller's batch as a copying device would (the timed
+        # passes still run in place). The devices that copy read the caller's batch itself: a
+        # clone of a pinned batch is pageable, and a GPU timed on pageable uploads measured
+        # twice its real step (H200, wide MLP).
+        aliases = [self._in_place_from_host[i] or d.type == "cpu" for i, d in enumerate(self.devices)]
+        copies = (_host_copy(inputs), _host_copy(targets)) if any(aliases) else None
         batch = _batch_size(inputs)
         sizes = sorted({batch, max(batch // 4, 1)})
         points_by_device = []
         for i, device in enumerate(self.devices):
             points = []
-            xs, ys = copies if copies is not None and self._in_place_from_host[i] else (inputs, targets)
+            xs, ys = copies if aliases[i] else (inputs, targets)
             for n in sizes:
                 x = _split_batch(xs, [n, batch - n])[0] if n < batch else xs
                 y = _split_batch(ys, [n, batch - n])[0] if n < batch else ys

@@ -32,8 +32,8 @@ struct ToolRun {
 // fl-plugin-check --json on `plugin`, with `options` for its init (--options) and `env`
 // ("NAME=value", or empty) in its environment.
 ToolRun run_tool(const std::string& plugin, const std::string& options = "", const std::string& env = "") {
-  const std::string command = (env.empty() ? "" : "env '" + env + "' ") + FL_PLUGIN_CHECK_TOOL + " --json " +
-                              (options.empty() ? "" : "--options '" + options + "' ") + plugin + " 2>/dev/null";
+  const std::string command = (env.empty() ? "" : "env '" + env + "' ") + "'" + FL_PLUGIN_CHECK_TOOL + "' --json " +
+                              (options.empty() ? "" : "--options '" + options + "' ") + "'" + plugin + "' 2>/dev/null";
   ToolRun run;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);

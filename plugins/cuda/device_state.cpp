@@ -6,6 +6,7 @@
 #include "gpu_check.hpp"
 #include "pageable_upload.hpp"
 #include "plugin_state.hpp"
+#include "sync_mode.hpp"
 
 #include <plugin_support.hpp>
 
@@ -56,25 +57,6 @@ int parse_copy_threads(const std::string& value, const std::string& where) {
   return n;
 }
 
-// A wait mode from the option or the environment variable named in `where`.
-SyncMode parse_sync_mode(const std::string& value, const std::string& where) {
-  if (value == "auto") return SyncMode::automatic;
-  if (value == "spin") return SyncMode::spin;
-  if (value == "yield") return SyncMode::yield;
-  if (value == "blocking") return SyncMode::blocking;
-  plugin::raise(FL_ERR_INVALID_ARGUMENT, "cuda plugin: " + where + value + " is not one of auto, spin, yield, blocking");
-}
-
-unsigned int schedule_flag(SyncMode mode) {
-  switch (mode) {
-    case SyncMode::spin: return gpuDeviceScheduleSpin;
-    case SyncMode::yield: return gpuDeviceScheduleYield;
-    case SyncMode::blocking: return gpuDeviceScheduleBlockingSync;
-    case SyncMode::automatic: break;
-  }
-  return 0;
-}
-
 // Parses "key=value;key=value". Unknown keys are logged and ignored.
 //   seed=N          the dropout RNG's seed
 //   copy_threads=N  host threads that stage large copies from pageable memory (or
@@ -105,7 +87,7 @@ void apply_options(const std::string& options, PluginState& s) {
     } else if (key == "copy_threads") {
       copy_threads = parse_copy_threads(value, "option copy_threads=");
     } else if (key == "sync") {
-      sync = parse_sync_mode(value, "option sync=");
+      sync = parse_sync_mode("cuda plugin", "option sync=", value);
     } else {
       log_message(FL_LOG_WARN, "cuda plugin: ignoring unknown option '" + key + "'");
     }
@@ -119,7 +101,7 @@ void apply_options(const std::string& options, PluginState& s) {
   }
   if (!sync) {
     const char* env = std::getenv("FL_CUDA_SYNC");
-    sync = env != nullptr && *env != '\0' ? parse_sync_mode(env, "FL_CUDA_SYNC=") : SyncMode::automatic;
+    sync = env != nullptr && *env != '\0' ? parse_sync_mode("cuda plugin", "FL_CUDA_SYNC=", env) : SyncMode::automatic;
   }
   s.sync = *sync;
   configure_pageable_uploads(*copy_threads);
@@ -154,20 +136,11 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
   try {
     for (int i = 0; i < count; ++i) {
       check_gpu(gpuSetDevice(i), "cudaSetDevice");
-      if (s.sync != SyncMode::automatic) {
-        // Changes only the scheduling bits of the primary context's flags (auto leaves them
-        // as they are); with a context already active (torch's own CUDA in this process) the
-        // runtime updates it, and an older one refuses: then say so.
-        unsigned int flags = 0;
-        gpuError_t flags_err = gpuGetDeviceFlags(&flags);
-        if (flags_err == gpuSuccess)
-          flags_err = gpuSetDeviceFlags((flags & ~static_cast<unsigned int>(gpuDeviceScheduleMask)) | schedule_flag(s.sync));
-        if (flags_err != gpuSuccess) {
-          (void)gpuGetLastError();
-          log_message(FL_LOG_WARN, "cuda plugin: device " + std::to_string(i) + ": the sync option was not applied (" +
-                                       gpuGetErrorString(flags_err) + ")");
-        }
-      }
+      // With a context already active (torch's own CUDA in this process) the runtime updates
+      // its flags, and an older one refuses: then say so.
+      if (const gpuError_t flags_err = apply_schedule_flags(s.sync); flags_err != gpuSuccess)
+        log_message(FL_LOG_WARN, "cuda plugin: device " + std::to_string(i) + ": the sync option was not applied (" +
+                                     gpuGetErrorString(flags_err) + ")");
       gpuDeviceProp_t prop{};
       check_gpu(gpuGetDeviceProperties(&prop, i), "cudaGetDeviceProperties");
       auto dev = std::make_unique<DeviceState>();

@@ -5,6 +5,7 @@
 #include "device_state.hpp"
 #include "gpu_check.hpp"
 #include "hip_state.hpp"
+#include "sync_mode.hpp"
 
 #include <plugin_support.hpp>
 
@@ -21,10 +22,6 @@ namespace {
 
 constexpr uint64_t kDefaultSeed = 67280421310721ull;  // PyTorch's default generator seed
 
-// How host threads wait for a device (hipSetDeviceFlags' scheduling bits): automatic leaves
-// the flags as they are.
-enum class SyncMode { automatic, spin, yield, blocking };
-
 struct HipState {
   bool initialized = false;
   const fl_host_services* host = nullptr;
@@ -37,24 +34,6 @@ struct HipState {
 HipState& state() {
   static HipState s;
   return s;
-}
-
-SyncMode parse_sync_mode(const std::string& value, const std::string& where) {
-  if (value == "auto") return SyncMode::automatic;
-  if (value == "spin") return SyncMode::spin;
-  if (value == "yield") return SyncMode::yield;
-  if (value == "blocking") return SyncMode::blocking;
-  plugin::raise(FL_ERR_INVALID_ARGUMENT, "hip plugin: " + where + value + " is not one of auto, spin, yield, blocking");
-}
-
-unsigned int schedule_flag(SyncMode mode) {
-  switch (mode) {
-    case SyncMode::spin: return hipDeviceScheduleSpin;
-    case SyncMode::yield: return hipDeviceScheduleYield;
-    case SyncMode::blocking: return hipDeviceScheduleBlockingSync;
-    case SyncMode::automatic: break;
-  }
-  return 0;
 }
 
 // Parses "key=value;key=value". Unknown keys are logged and ignored.
@@ -80,7 +59,7 @@ void apply_options(const std::string& options, HipState& s) {
         plugin::raise(FL_ERR_INVALID_ARGUMENT, "option seed=" + value + " is not an integer");
       }
     } else if (key == "sync") {
-      sync = parse_sync_mode(value, "option sync=");
+      sync = parse_sync_mode("hip plugin", "option sync=", value);
     } else {
       hip::log_message(FL_LOG_WARN, "hip plugin: ignoring unknown option '" + key + "'");
     }
@@ -88,25 +67,17 @@ void apply_options(const std::string& options, HipState& s) {
   // The environment counts only where the options say nothing.
   if (!sync) {
     const char* env = std::getenv("FL_HIP_SYNC");
-    sync = env != nullptr && *env != '\0' ? parse_sync_mode(env, "FL_HIP_SYNC=") : SyncMode::automatic;
+    sync = env != nullptr && *env != '\0' ? parse_sync_mode("hip plugin", "FL_HIP_SYNC=", env) : SyncMode::automatic;
   }
   s.sync = *sync;
 }
 
-// Sets the scheduling bits of device `device`'s flags (the current device) to `mode`, keeping
-// the other bits; a runtime that refuses (a context already active that it cannot update)
+// A runtime that refuses the sync option (a context already active that it cannot update)
 // gets a warning, not an error: the device still works, with the waits it had.
 void apply_sync_mode(int device, SyncMode mode) {
-  if (mode == SyncMode::automatic) return;
-  unsigned int flags = 0;
-  hipError_t err = hipGetDeviceFlags(&flags);
-  if (err == hipSuccess)
-    err = hipSetDeviceFlags((flags & ~static_cast<unsigned int>(hipDeviceScheduleMask)) | schedule_flag(mode));
-  if (err != hipSuccess) {
-    (void)hipGetLastError();
+  if (const hipError_t err = apply_schedule_flags(mode); err != hipSuccess)
     hip::log_message(FL_LOG_WARN, "hip plugin: device " + std::to_string(device) +
                                       ": the sync option was not applied (" + hipGetErrorString(err) + ")");
-  }
 }
 
 // "GPU-<uuid>" when the runtime reports a non-zero UUID, else "pci:<domain:bus:device.fn>".

@@ -88,6 +88,14 @@ void check_sync_option(const std::string& path, const std::string& env_name) {
   CHECK(run.check("init")["status"] != "fail");
 }
 
+// Whether the plugin at `path` was built in this configuration; if not, says why (a WARN in
+// the test's report) so that the calling test case can return.
+bool built(const std::string& path, const char* why_not) {
+  if (!path.empty()) return true;
+  WARN(why_not);
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("the template plugin passes every fl-plugin-check check, its two kernels included") {
@@ -104,34 +112,22 @@ TEST_CASE("the template plugin passes every fl-plugin-check check, its two kerne
 }
 
 TEST_CASE("the HIP plugin passes the device-free checks; without an AMD GPU init says why") {
-  if (std::string(FL_HIP_PLUGIN).empty()) {
-    WARN("libfl_hip.so not built in this configuration (no hipcc)");
-    return;
-  }
+  if (!built(FL_HIP_PLUGIN, "libfl_hip.so not built in this configuration (no hipcc)")) return;
   check_device_plugin(FL_HIP_PLUGIN, "hip", "HIP");
 }
 
 TEST_CASE("the HIP plugin refuses a sync mode it does not know, from its option or FL_HIP_SYNC") {
-  if (std::string(FL_HIP_PLUGIN).empty()) {
-    WARN("libfl_hip.so not built in this configuration (no hipcc)");
-    return;
-  }
+  if (!built(FL_HIP_PLUGIN, "libfl_hip.so not built in this configuration (no hipcc)")) return;
   check_sync_option(FL_HIP_PLUGIN, "FL_HIP_SYNC");
 }
 
 TEST_CASE("the CUDA plugin passes the device-free checks; without an NVIDIA GPU init says why") {
-  if (std::string(FL_CUDA_PLUGIN).empty()) {
-    WARN("libfl_cuda.so not built in this configuration (no nvcc)");
-    return;
-  }
+  if (!built(FL_CUDA_PLUGIN, "libfl_cuda.so not built in this configuration (no nvcc)")) return;
   check_device_plugin(FL_CUDA_PLUGIN, "cuda", "CUDA");
 }
 
 TEST_CASE("the CUDA plugin refuses a sync mode it does not know, from its option or FL_CUDA_SYNC") {
-  if (std::string(FL_CUDA_PLUGIN).empty()) {
-    WARN("libfl_cuda.so not built in this configuration (no nvcc)");
-    return;
-  }
+  if (!built(FL_CUDA_PLUGIN, "libfl_cuda.so not built in this configuration (no nvcc)")) return;
   check_sync_option(FL_CUDA_PLUGIN, "FL_CUDA_SYNC");
 }
 

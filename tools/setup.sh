@@ -15,7 +15,9 @@ log() { printf '\n== setup: %s\n' "$*"; }
 APT_PACKAGES=(meson ninja-build pkg-config g++ libboost-dev libboost-filesystem-dev libfmt-dev
               libspdlog-dev libyaml-cpp-dev nlohmann-json3-dev catch2 libopenblas-dev)
 # The HIP plugin compiles (never runs) here with Debian's ROCm toolchain, so it cannot rot.
-APT_OPTIONAL=(hipcc libamdhip64-dev clang)
+# clang builds the libFuzzer targets; its fuzzer/ASan runtimes are a separate package that
+# --no-install-recommends leaves out (without it the fuzz targets fail to link).
+APT_OPTIONAL=(hipcc libamdhip64-dev clang libclang-rt-14-dev)
 
 missing=()
 for p in "${APT_PACKAGES[@]}" "${APT_OPTIONAL[@]}"; do

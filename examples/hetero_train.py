@@ -112,6 +112,9 @@ def main() -> None:
                    help="keep the training rows in pinned host memory (as DataLoader(pin_memory=True) gives)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rebalance-every", type=int, default=10)
+    p.add_argument("--granularity", type=int, default=0,
+                   help="shard sizes are multiples of this (0: HeteroDataParallel's default, the largest "
+                        "power of two up to batch/16); finer lets a small device's shard come closer to its share")
     args = p.parse_args()
 
     for d in args.devices:
@@ -121,8 +124,8 @@ def main() -> None:
     make_model, load, default_batch = MODELS[args.model]
     if args.samples and args.model != "wide":
         raise SystemExit("--samples applies to --model wide only")
-    if args.batch_size < 0 or args.samples < 0:
-        raise SystemExit("--batch-size and --samples must not be negative")
+    if args.batch_size < 0 or args.samples < 0 or args.granularity < 0:
+        raise SystemExit("--batch-size, --samples and --granularity must not be negative")
     args.batch_size = args.batch_size or default_batch
     if args.model == "wide" and args.samples:
         (xtr, ytr), (xte, yte) = load_wide_data(args.seed, samples=args.samples)
@@ -140,7 +143,7 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
-                             rebalance_every=args.rebalance_every)
+                             rebalance_every=args.rebalance_every, granularity=args.granularity or None)
     pair_samples, pair_seconds = 0, 0.0
     for epoch in range(args.epochs):
         losses, shards, samples = [], {}, 0

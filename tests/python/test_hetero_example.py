@@ -28,7 +28,7 @@ def _run_example(*args: str) -> str:
 
 @pytest.mark.parametrize("model,args,batch,min_accuracy", [
     ("digits", [], 128, 0.3),
-    ("wide", ["--samples", "8192", "--batch-size", "512"], 512, 0.15),
+    ("wide", ["--samples", "8192", "--batch-size", "512", "--granularity", "64"], 512, 0.15),
 ])
 def test_example_trains_on_two_devices(model, args, batch, min_accuracy):
     out = _run_example("--model", model, "--epochs", "3", *args)
@@ -40,6 +40,9 @@ def test_example_trains_on_two_devices(model, args, batch, min_accuracy):
     for _, _, shards in epochs:  # "[a, b] xN, [c, d] xM": each split covers the whole batch
         for a, b, n in re.findall(r"\[(\d+), (\d+)\] x(\d+)", shards):
             assert int(a) + int(b) == batch and int(n) > 0, shards
+            if "--granularity" in args:  # 512 is a multiple of it: so is every shard
+                q = int(args[args.index("--granularity") + 1])
+                assert int(a) % q == 0 and int(b) % q == 0, shards
     for device in ("fl:0", "fl:1"):
         assert re.search(rf"^{device} alone:\s+\d+ samples/s", out, re.M), out
     accuracy = float(re.search(r"^test accuracy ([0-9.]+)$", out, re.M).group(1))

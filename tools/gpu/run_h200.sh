@@ -22,7 +22,9 @@
 #   hetero_example  examples/hetero_train.py alone
 #   hetero_target the H200 target as the ninth session measured it: the wide-MLP example
 #                 on pinned rows at batch 65536 (1,048,576 rows, 12 epochs), FL_CPU_THREADS=12
-#                 unless set; FL_HETERO_TARGET_RUNS runs (default 1)
+#                 unless set; FL_HETERO_TARGET_RUNS runs (default 1); FL_HETERO_TARGET_BATCH,
+#                 _SAMPLES and _EPOCHS change the batch, the rows and the epochs; FL_HETERO_TARGET_ARGS
+#                 adds arguments (e.g. "--granularity 1024")
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
 #   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count
 #   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
@@ -219,12 +221,15 @@ step_hetero_example() {
 step_hetero_target() {
   both_plugins_env
   local rc=0 k cpu cuda
+  local batch="${FL_HETERO_TARGET_BATCH:-65536}" samples="${FL_HETERO_TARGET_SAMPLES:-1048576}"
+  local epochs="${FL_HETERO_TARGET_EPOCHS:-12}"
   cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
   for ((k = 1; k <= ${FL_HETERO_TARGET_RUNS:-1}; k++)); do
     echo "== run $k: FL_CPU_THREADS=${FL_CPU_THREADS:-12} examples/hetero_train.py --devices $cpu $cuda --model wide" \
-         "--batch-size 65536 --samples 1048576 --epochs 12 --pin"
+         "--batch-size $batch --samples $samples --epochs $epochs --pin ${FL_HETERO_TARGET_ARGS:-}"
+    # shellcheck disable=SC2086 # FL_HETERO_TARGET_ARGS is a list of arguments
     FL_CPU_THREADS="${FL_CPU_THREADS:-12}" timeout 240 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" \
-      --model wide --batch-size 65536 --samples 1048576 --epochs 12 --pin || rc=1
+      --model wide --batch-size "$batch" --samples "$samples" --epochs "$epochs" --pin ${FL_HETERO_TARGET_ARGS:-} || rc=1
   done
   return $rc
 }

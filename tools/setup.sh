@@ -36,6 +36,19 @@ fi
 
 PY="${PYTHON:-}"
 if [[ -z "$PY" ]]; then PY=$(command -v python3.11 || command -v python3); fi
+# The binding compiles against the interpreter's headers (Python.h): a distribution's Python
+# ships them apart, as python3.X-dev (a pyenv or python.org build has them already).
+if ! "$PY" -c "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then
+  PYDEV="python$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-dev"
+  if [[ "${FL_SETUP_SKIP_APT:-0}" != 1 ]]; then
+    log "installing $PYDEV (Python.h for $PY)"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "$PYDEV"
+  else
+    echo "setup: $PY has no Python.h; install $PYDEV (FL_SETUP_SKIP_APT=1 skipped apt-get)" >&2
+    exit 1
+  fi
+fi
 if [[ ! -x .venv/bin/python ]]; then
   log "creating .venv with $PY"
   "$PY" -m venv .venv

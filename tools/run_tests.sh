@@ -11,20 +11,25 @@ echo "== meson test (C++ suites)"
 meson test -C build --print-errorlogs --num-processes 2 || status=1
 echo "== pytest (binding)"
 "$ROOT/.venv/bin/python" -m pytest -q tests/python || status=1
-# clang's libFuzzer runtime is a package of its own (libclang-rt-<version>-dev): probe a link.
-fuzz_probe="$(mktemp -d)"
-if command -v clang++ >/dev/null &&
-   ! printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' |
-     clang++ -x c++ -fsanitize=fuzzer,address - -o "$fuzz_probe/probe" 2>"$fuzz_probe/err"; then
-  echo "== fuzzing skipped: clang++ cannot link -fsanitize=fuzzer (install libclang-rt-14-dev):"
-  tail -3 "$fuzz_probe/err"
-elif command -v clang++ >/dev/null; then
+# clang's libFuzzer runtime is a package of its own (libclang-rt-<version>-dev): a link is probed.
+fuzz_links() {
+  local dir rc
+  dir="$(mktemp -d)"
+  printf 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n' |
+    clang++ -x c++ -fsanitize=fuzzer,address - -o "$dir/probe" 2>"$dir/err"
+  rc=$?
+  [[ $rc -eq 0 ]] || tail -3 "$dir/err"
+  rm -rf "$dir"
+  return $rc
+}
+if ! command -v clang++ >/dev/null; then
+  echo "== fuzzing skipped: clang++ not installed (tools/setup.sh installs it when it can)"
+elif ! fuzz_links; then
+  echo "== fuzzing skipped: clang++ cannot link -fsanitize=fuzzer (install libclang-rt-14-dev)"
+else
   echo "== fuzzing (libFuzzer, bounded: ${FL_FUZZ_SECONDS:-20} s per target)"
   bash tests/fuzz/run_fuzz.sh "${FL_FUZZ_SECONDS:-20}" "$ROOT/build/fuzz" || status=1
-else
-  echo "== fuzzing skipped: clang++ not installed (tools/setup.sh installs it when it can)"
 fi
-rm -rf "$fuzz_probe"
 # Core, the CPU plugin, the zoo and the Catch2 suites (the multi-thread stress test among
 # them) rebuilt and run under ASan+UBSan and under TSan: about 16 min of extra build on
 # 2 cores. FL_TEST_SANITIZERS=asan or =tsan runs one of the two, =0 skips them (a quick

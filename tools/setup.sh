@@ -19,6 +19,16 @@ APT_PACKAGES=(meson ninja-build pkg-config g++ libboost-dev libboost-filesystem-
 # --no-install-recommends leaves out (without it the fuzz targets fail to link).
 APT_OPTIONAL=(hipcc libamdhip64-dev clang libclang-rt-14-dev)
 
+PY="${PYTHON:-}"
+if [[ -z "$PY" ]]; then PY=$(command -v python3.11 || command -v python3); fi
+# The binding compiles against the interpreter's headers (Python.h): a distribution's Python
+# ships them apart, as python3.X-dev (a pyenv or python.org build has them already).
+has_python_h() {
+  "$PY" -c "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"
+}
+PYDEV="python$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-dev"
+has_python_h || APT_PACKAGES+=("$PYDEV")
+
 missing=()
 for p in "${APT_PACKAGES[@]}" "${APT_OPTIONAL[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,20 +44,9 @@ if [[ ${#missing[@]} -gt 0 && "${FL_SETUP_SKIP_APT:-0}" != 1 ]]; then
     echo "setup: optional packages (${APT_OPTIONAL[*]}) not installed; HIP plugin/fuzzers skipped"
 fi
 
-PY="${PYTHON:-}"
-if [[ -z "$PY" ]]; then PY=$(command -v python3.11 || command -v python3); fi
-# The binding compiles against the interpreter's headers (Python.h): a distribution's Python
-# ships them apart, as python3.X-dev (a pyenv or python.org build has them already).
-if ! "$PY" -c "import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))"; then
-  PYDEV="python$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')-dev"
-  if [[ "${FL_SETUP_SKIP_APT:-0}" != 1 ]]; then
-    log "installing $PYDEV (Python.h for $PY)"
-    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "$PYDEV"
-  else
-    echo "setup: $PY has no Python.h; install $PYDEV (FL_SETUP_SKIP_APT=1 skipped apt-get)" >&2
-    exit 1
-  fi
+if ! has_python_h; then
+  echo "setup: $PY has no Python.h (the binding needs it): install $PYDEV" >&2
+  exit 1
 fi
 if [[ ! -x .venv/bin/python ]]; then
   log "creating .venv with $PY"

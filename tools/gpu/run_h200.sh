@@ -322,10 +322,11 @@ step_host_bandwidth() {
 }
 
 # A diagnostic script (FL_PROBE_SCRIPT, default tools/gpu/probe_gradient_shipping.py) with both
-# plugins' devices.
+# plugins' devices and the arguments in FL_PROBE_ARGS (split on spaces, not expanded).
 step_probe() {
   both_plugins_env
-  timeout 120 "$PY" "${FL_PROBE_SCRIPT:-tools/gpu/probe_gradient_shipping.py}"
+  # shellcheck disable=SC2086 # FL_PROBE_ARGS is a list of arguments
+  timeout 120 "$PY" "${FL_PROBE_SCRIPT:-tools/gpu/probe_gradient_shipping.py}" ${FL_PROBE_ARGS:-}
 }
 
 step_hetero_gpus() {

@@ -30,6 +30,9 @@
 #   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
 #   interference  bench/interference.py (what each device's pass loses beside the other's loads)
 #                 and bench/hetero.py with a fixed split and its step timeline
+#   probe         a diagnostic script with both plugins (FL_PROBE_SCRIPT, default
+#                 tools/gpu/probe_gradient_shipping.py; tools/gpu/probe_switch_in.py times a
+#                 split's first step after steps alone), arguments from FL_PROBE_ARGS
 #   hetero_gpus   bench/hetero.py on two CUDA devices, and on CPU + two CUDA (2-GPU machines)
 #   nccl          tools/gpu/nccl_check.py and bench/collectives.py (2-GPU machines)
 #   <more>        OWNER HOOKS: add a function step_<name> and list it in STEPS below.

@@ -7,7 +7,9 @@ of the pair is) is slower than the pair's steps that follow it.
     FL_PLUGIN_PATH=libfl_cuda.so:libfl_cpu.so FL_CPU_THREADS=12 python tools/gpu/probe_switch_in.py
 
 Without --devices: the first CPU-plugin device and the first CUDA-plugin device (the latter
-reduces). Prints one line per phase and position, and --json writes every step.
+reduces). Prints the median step per phase and position (for the pair, with its timeline
+marks), the first step against the later ones, each phase's mean, median, p90 and max, and up to
+six steps slower than 1.1 x the median; --json writes every step.
 """
 from __future__ import annotations
 
@@ -69,7 +71,9 @@ def main() -> None:
             row.update({m: last[m] * 1e3 for m in ("joined", "reduced", "optimizer", "total")})
         return row
 
-    for split in (pair, alone, pair, alone):  # warm: allocator blocks, cuDNN/cuBLAS plans, pinned blocks
+    # Warm: allocator blocks, cuDNN/cuBLAS plans, pinned blocks. It ends with the pair, so the
+    # first timed step alone follows a switch as every later one does.
+    for split in (alone, pair, alone, pair):
         for _ in range(args.run):
             step(split)
     if args.no_gc:
@@ -99,7 +103,8 @@ def main() -> None:
             medians.append(statistics.median(r["ms"] for r in mine))
             extra = ""
             if phase == "pair":
-                keys = sorted({key for r in mine for key in r if key.startswith("dev")}) + ["joined", "optimizer"]
+                keys = sorted({key for r in mine for key in r if key.startswith("dev")})
+                keys += [key for key in ("joined", "optimizer") if any(key in r for r in mine)]
                 extra = "  " + " ".join(f"{key} {statistics.median(r[key] for r in mine if key in r):.2f}"
                                         for key in keys)
             print(f"  {phase:5s} step {position + 1}: {medians[-1]:7.2f} ms{extra}")
@@ -108,10 +113,10 @@ def main() -> None:
               f"(first / later = {medians[0] / later:.2f})")
     for phase in ("alone", "pair"):
         ms = sorted(r["ms"] for r in rows if r["phase"] == phase)
-        slow = [r for r in rows if r["phase"] == phase and r["ms"] > 1.1 * statistics.median(ms)]
+        late = [r for r in rows if r["phase"] == phase and r["ms"] > 1.1 * statistics.median(ms)]
         print(f"  {phase}: mean {statistics.mean(ms):.2f} ms, median {statistics.median(ms):.2f}, "
-              f"p90 {ms[int(0.9 * (len(ms) - 1))]:.2f}, max {ms[-1]:.2f}; {len(slow)} of {len(ms)} steps > 1.1 x median")
-        for r in slow[:6]:
+              f"p90 {ms[int(0.9 * (len(ms) - 1))]:.2f}, max {ms[-1]:.2f}; {len(late)} of {len(ms)} steps > 1.1 x median")
+        for r in late[:6]:
             after = r["ms"] - r.get("optimizer", r["ms"])
             print(f"    {r['ms']:.2f} ms" + ("" if "optimizer" not in r else
                   f": joined {r['joined']:.2f}, optimizer stepped {r['optimizer']:.2f}, {after:.2f} after it"))

@@ -19,12 +19,15 @@ epochs, so that a drift of the machine hits both alike; every window and epoch s
 0.3 s pause, so that no device's spinning threads slow the next), and finally the test accuracy and
 the issue's two targets: pair ≥ the fastest device alone, and pair ≥ 0.9 × the sum of the
 devices alone (the pair counted over every epoch after the calibration epoch, probes
-included).
+included). Last, how far that verdict stands above the machine's noise: each epoch of the pair
+divided by the fastest device's window timed right after it (median, range, how many ≥ 1.0),
+and the range of that device's windows.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -70,6 +73,7 @@ class AloneLoop:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.data = list(batches(x, y, batch_size))
         self.k, self.samples, self.seconds = 0, 0, 0.0
+        self.windows: list[float] = []  # samples/s of each window, in order
         with device_context(self.dev):
             self._step()
             self._step()
@@ -91,8 +95,10 @@ class AloneLoop:
             start = time.perf_counter()
             samples = sum(self._step() for _ in range(steps))
             synchronize_device(self.dev)
-            self.seconds += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self.seconds += seconds
             self.samples += samples
+            self.windows.append(samples / seconds)
 
     @property
     def samples_per_s(self) -> float:
@@ -145,6 +151,7 @@ def main() -> None:
     hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
                              rebalance_every=args.rebalance_every, granularity=args.granularity or None)
     pair_samples, pair_seconds = 0, 0.0
+    pair_epochs: list[float] = []  # samples/s of each epoch after the calibration
     for epoch in range(args.epochs):
         losses, shards, samples = [], {}, 0
         settle()
@@ -158,6 +165,7 @@ def main() -> None:
         if epoch > 0:  # the first epoch includes calibration
             pair_samples += samples
             pair_seconds += seconds
+            pair_epochs.append(rate)
             for loop in alone_loops.values():  # each device alone, as many steps, in turn
                 loop.window(steps_per_epoch)
         split = ", ".join(f"{list(s)} x{n}" for s, n in sorted(shards.items(), key=lambda kv: -kv[1]))
@@ -178,6 +186,15 @@ def main() -> None:
     print(f"pair {pair:.0f} samples/s (all epochs after calibration) = {pair / fastest:.2f} x fastest alone "
           f"({'meets' if pair >= fastest else 'misses'} >= 1.0), {pair / total:.2f} x sum "
           f"({'meets' if pair >= 0.9 * total else 'misses'} >= 0.9)")
+    # How far the verdict stands above the noise: each epoch of the pair against the fastest
+    # device's window timed right after it (same steps, same conditions).
+    best = max(alone, key=alone.get)
+    ratios = [p / a for p, a in zip(pair_epochs, alone_loops[best].windows)]
+    if ratios:
+        windows = alone_loops[best].windows
+        print(f"per epoch, pair / {best} alone in the window after it: median {statistics.median(ratios):.2f}, "
+              f"range {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} epochs, >= 1.0 in "
+              f"{sum(r >= 1.0 for r in ratios)}; {best} alone's windows ranged {min(windows):.0f}-{max(windows):.0f} samples/s")
     # What the balancer measured for each device set it ran: why it kept the split it kept.
     records = sorted(hdp.balancer.measured.items(), key=lambda kv: kv[1])
     names = lambda key: " + ".join(args.devices[int(i)] for i in key.split(","))  # noqa: E731

@@ -49,6 +49,15 @@ def test_example_trains_on_two_devices(model, args, batch, min_accuracy):
     assert accuracy > min_accuracy, accuracy
     assert re.search(r"^pair \d+ samples/s .* x fastest alone \((meets|misses) >= 1\.0\), "
                      r"[0-9.]+ x sum \((meets|misses) >= 0\.9\)$", out, re.M), out
+    per_epoch = re.search(r"^per epoch, pair / (fl:[01]) alone in the window after it: median ([0-9.]+), "
+                          r"range ([0-9.]+)-([0-9.]+) over (\d+) epochs, >= 1\.0 in (\d+); "
+                          r"fl:[01] alone's windows ranged (\d+)-(\d+) samples/s$", out, re.M)
+    assert per_epoch, out
+    low, median, high = float(per_epoch.group(3)), float(per_epoch.group(2)), float(per_epoch.group(4))
+    assert 0 < low <= median <= high
+    assert int(per_epoch.group(5)) == 2  # epochs 2 and 3: the first includes the calibration
+    assert 0 <= int(per_epoch.group(6)) <= 2
+    assert 0 < int(per_epoch.group(7)) <= int(per_epoch.group(8))
     assert "fallback ratio 0.0%" in out, out
 
 

@@ -132,6 +132,9 @@ def main() -> None:
         raise SystemExit("--samples applies to --model wide only")
     if args.batch_size < 0 or args.samples < 0 or args.granularity < 0:
         raise SystemExit("--batch-size, --samples and --granularity must not be negative")
+    if args.epochs < 2:
+        raise SystemExit(f"--epochs {args.epochs}: at least 2 are needed, the first epoch includes the "
+                         "calibration and only the later ones are compared with each device alone")
     args.batch_size = args.batch_size or default_batch
     if args.model == "wide" and args.samples:
         (xtr, ytr), (xte, yte) = load_wide_data(args.seed, samples=args.samples)

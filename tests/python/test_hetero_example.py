@@ -65,3 +65,10 @@ def test_example_rejects_a_batch_larger_than_the_data():
     r = _example_process("--model", "wide", "--samples", "1000", "--batch-size", "4096", timeout=120)
     assert r.returncode != 0
     assert "--batch-size 4096 exceeds the 800 training rows" in r.stderr
+
+
+def test_example_needs_an_epoch_after_the_calibration():
+    r = _example_process("--model", "wide", "--samples", "4096", "--batch-size", "512", "--epochs", "1", timeout=120)
+    assert r.returncode != 0
+    assert "--epochs 1: at least 2 are needed" in r.stderr
+    assert "Traceback" not in r.stderr

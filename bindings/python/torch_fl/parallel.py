@@ -695,6 +695,24 @@ def _host_copy(value: Any) -> Any:
     return _map_tensors(value, lambda t: t.clone() if t.device.type == "cpu" else t)
 
 
+def _with_index(device: str | torch.device) -> torch.device:
+    """`device` with an index: a device type given without one ("fl", "cuda") means that type's
+    current device, as torch.Tensor.to does; "cpu" stays as it is."""
+    device = torch.device(device)
+    if device.index is not None or device.type == "cpu":
+        return device
+    module = getattr(torch, device.type, None)
+    current = getattr(module, "current_device", None)
+    if current is None:
+        raise ValueError(f"HeteroDataParallel: give {device.type} devices with an index (e.g. '{device.type}:0')")
+    return torch.device(device.type, current())
+
+
+def _autocast_state(device_types: Iterable[str]) -> list[tuple[str, bool, torch.dtype]]:
+    """The calling thread's autocast settings for each device type (autocast is per thread)."""
+    return [(t, torch.is_autocast_enabled(t), torch.get_autocast_dtype(t)) for t in sorted(set(device_types))]
+
+
 def _takes_host_pointers(device: torch.device) -> bool:
     """Whether `device` is an fl device whose plugin uses host memory as device memory (the
     CPU plugin): it can compute on a host batch in place."""
@@ -763,6 +781,12 @@ class HeteroDataParallel:
             (the inputs' version counters), warns, and copies for that device from then on.
             Calibration works on a copy. False copies from the start.
 
+    The master copy is `hdp.module`. Before each step the replicas take its train/eval modes
+    and requires_grad flags, and pull its tensors again when one was written in place since
+    they last received them (e.g. weight clipping under torch.no_grad()); a write through
+    `.data` bumps no version counter, so call `broadcast()` after one. Each shard runs under
+    the caller's autocast. Inputs and targets must not require grad.
+
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
             step's time went, in seconds from the step's start: per device "dispatched" (its
@@ -782,7 +806,7 @@ class HeteroDataParallel:
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
                  probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
                  debug: bool = False, host_zero_copy: bool = True):
-        self.devices = [torch.device(d) for d in devices]
+        self.devices = [_with_index(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
         # Per device: its shards of a host batch are used in place (see host_zero_copy).
@@ -790,14 +814,17 @@ class HeteroDataParallel:
         if len(set(self.devices)) != len(self.devices):
             raise ValueError(f"devices must be distinct, got {self.devices}")
         self._auto_reduce = reduce_device is None
-        self.reduce_device = torch.device(reduce_device) if reduce_device is not None else self.devices[0]
+        self.reduce_device = _with_index(reduce_device) if reduce_device is not None else self.devices[0]
         self.rebalance_every = int(rebalance_every)
         self.calibration_reps = max(int(calibration_reps), 1)
         self.calibration_points: dict[str, list[tuple[int, float]]] = {}  # device -> (shard, s)
         self.debug = debug
         self.fixed_split = list(split) if split is not None else None
-        if self.fixed_split is not None and len(self.fixed_split) != len(self.devices):
-            raise ValueError("split needs one proportion per device")
+        if self.fixed_split is not None:
+            if len(self.fixed_split) != len(self.devices):
+                raise ValueError("split needs one proportion per device")
+            if not all(math.isfinite(w) and w >= 0 for w in self.fixed_split) or sum(self.fixed_split) <= 0:
+                raise ValueError(f"split needs finite proportions >= 0 with a positive sum, got {self.fixed_split}")
         self.balancer = ThroughputBalancer(len(self.devices), ema=ema, probe_every=probe_every, probe_limit=probe_limit)
         self.steps = 0
         self.last_shards: list[int] = []
@@ -816,6 +843,8 @@ class HeteroDataParallel:
         self._trainable: list[int] = []  # this step's trainable parameter indices
         self._shipped: dict[int, list[torch.Tensor | None]] = {}  # replica -> its gradients on the master
         self._master_queued = threading.Event()  # set once this step's master shard is queued
+        self._closed = False
+        self._autocast: list[tuple[str, bool, torch.dtype]] = []  # the caller's, for the pool's threads
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -841,6 +870,27 @@ class HeteroDataParallel:
     def _state_tensors(self, module: nn.Module) -> list[torch.Tensor]:
         return [p.data for p in module.parameters()] + [b for b in module.buffers()]
 
+    def _versions(self) -> list[int]:
+        """The version counters of the master's parameters and buffers (an in-place write bumps
+        them; one through `.data` does not)."""
+        return [t._version for t in self._master_tensors]
+
+    def _follow_master(self) -> None:
+        """Before a step: the replicas take the master's train/eval modes and requires_grad
+        flags (set on `hdp.module` after wrapping), and when a tensor of the master was written
+        in place since the replicas last received it (weight clipping under torch.no_grad(),
+        say), every replica pulls it again before it next computes. The pairs are listed once
+        per master (_note_master): walking the modules each step cost ~2 ms for 150 modules."""
+        for modules, params in self._mirrors:
+            for theirs, mine in modules:
+                if mine.training != theirs.training:
+                    mine.training = theirs.training
+            for theirs, mine in params:
+                if mine.requires_grad != theirs.requires_grad:
+                    mine.requires_grad_(theirs.requires_grad)
+        if self._non_master and self._master_versions and self._versions() != self._master_versions:
+            self._stale = set(self._non_master)
+
     @torch.no_grad()
     def broadcast(self, replicas: Iterable[int] | None = None) -> None:
         """Copies the master's parameters and buffers into the other replicas (all by default),
@@ -848,6 +898,8 @@ class HeteroDataParallel:
         indices = range(len(self.replicas)) if replicas is None else replicas
         for i in indices:
             self._copy_from_master(i)
+        if replicas is None:
+            self._master_versions = self._versions()
         if self.debug:
             self.assert_replicas_identical(indices)
 
@@ -930,7 +982,10 @@ class HeteroDataParallel:
         gradients there itself (_ship_gradients) and returns its loss as a float, so that the
         step's thread finds both ready when it joins."""
         device = self.devices[index]
-        with device_context(device):
+        with device_context(device), contextlib.ExitStack() as autocast:
+            for device_type, enabled, dtype in self._autocast:
+                if enabled:
+                    autocast.enter_context(torch.autocast(device_type, dtype=dtype))
             start = time.perf_counter()
             loss = self._queue_shard(index, inputs, targets, loss_fn, weight)
             if not wait:
@@ -1043,11 +1098,19 @@ class HeteroDataParallel:
         must have the batch's size there, 0-dimensional tensors and other leaves go to every
         shard as they are (`targets` may be None). A plain tuple of inputs is the module's positional
         arguments, a dict its keyword arguments, anything else one argument."""
+        self._check_open()
         batch = _batch_size(inputs)
         if any(t.dim() > 0 for t in _tensor_leaves(targets)):
             target_batch = _batch_size(targets)
             if target_batch != batch:
                 raise ValueError(f"the targets' batch size ({target_batch}) differs from the inputs' ({batch})")
+        if any(t.requires_grad for t in _tensor_leaves((inputs, targets))):
+            raise ValueError("HeteroDataParallel: an input or target tensor requires grad. Each shard runs its own "
+                             "backward, so gradients with respect to the batch, or through a graph that produced "
+                             "it, are not supported: pass detached tensors, or compute that part inside the module")
+        # The pool's threads run each shard under the caller's autocast (it is per thread).
+        self._autocast = _autocast_state(d.type for d in self.devices)
+        self._follow_master()
         if self.fixed_split is None and not self.balancer.calibrated:
             self.calibrate(inputs, targets, loss_fn)
         sizes = self._shard_sizes(batch)
@@ -1124,6 +1187,7 @@ class HeteroDataParallel:
             for i in self._push_after_step:
                 if sizes[i] > 0:
                     self._copy_from_master(i)
+            self._master_versions = self._versions()
             # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
             # Reading the master's loss back also waits for the optimizer step queued behind
             # it on the same stream; when the master computed nothing, wait for the step.
@@ -1215,39 +1279,50 @@ class HeteroDataParallel:
         """Times forward/backward on each device alone at two shard sizes (the whole batch and a
         quarter of it), makes the fastest device the reduction device (unless one was given),
         times the gradient round trip of every other device to it, and fits the balancer.
-        Parameters and buffers are restored afterwards; no optimizer step is taken."""
+        Parameters and buffers are restored afterwards, also when a pass raises (and then no
+        replica keeps a gradient of it); no optimizer step is taken."""
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
-        # Calibration runs the batch several times on every device; a device that would
-        # compute on the caller's memory (an fl device that uses host batches in place, the
-        # native CPU, whose .to() does not copy) gets a copy, so that a module writing its
-        # inputs in place leaves the caller's batch as a copying device would (the timed
-        # passes still run in place). The devices that copy read the caller's batch itself: a
-        # clone of a pinned batch is pageable, and a GPU timed on pageable uploads measured
-        # twice its real step (H200, wide MLP).
-        aliases = [self._in_place_from_host[i] or d.type == "cpu" for i, d in enumerate(self.devices)]
-        copies = (_host_copy(inputs), _host_copy(targets)) if any(aliases) else None
-        batch = _batch_size(inputs)
-        sizes = sorted({batch, max(batch // 4, 1)})
-        points_by_device = []
-        for i, device in enumerate(self.devices):
-            points = []
-            xs, ys = copies if aliases[i] else (inputs, targets)
-            for n in sizes:
-                x = _split_batch(xs, [n, batch - n])[0] if n < batch else xs
-                y = _split_batch(ys, [n, batch - n])[0] if n < batch else ys
-                self._run_shard(i, x, y, loss_fn)  # warm-up: caches, allocator, lazy init
-                for _ in range(self.calibration_reps):
-                    points.append((n, self._run_shard(i, x, y, loss_fn)[1]))
-            points_by_device.append(points)
-            self._warm.update((i, n) for n in sizes)
-        if self._auto_reduce:
-            def whole_batch_seconds(points):
-                times = sorted(t for n, t in points if n == batch)
-                return times[len(times) // 2]
-            self._move_master(min(range(len(self.devices)), key=lambda i: whole_batch_seconds(points_by_device[i])))
-        with torch.no_grad():
-            for t, s in zip(self._state_tensors(self.module), saved):
-                t.copy_(s)
+        calibrated = False
+        try:
+            # Calibration runs the batch several times on every device; a device that would
+            # compute on the caller's memory (an fl device that uses host batches in place, the
+            # native CPU, whose .to() does not copy) gets a copy, so that a module writing its
+            # inputs in place leaves the caller's batch as a copying device would (the timed
+            # passes still run in place). The devices that copy read the caller's batch itself: a
+            # clone of a pinned batch is pageable, and a GPU timed on pageable uploads measured
+            # twice its real step (H200, wide MLP).
+            aliases = [self._in_place_from_host[i] or d.type == "cpu" for i, d in enumerate(self.devices)]
+            copies = (_host_copy(inputs), _host_copy(targets)) if any(aliases) else None
+            batch = _batch_size(inputs)
+            sizes = sorted({batch, max(batch // 4, 1)})
+            points_by_device = []
+            for i, device in enumerate(self.devices):
+                points = []
+                xs, ys = copies if aliases[i] else (inputs, targets)
+                for n in sizes:
+                    x = _split_batch(xs, [n, batch - n])[0] if n < batch else xs
+                    y = _split_batch(ys, [n, batch - n])[0] if n < batch else ys
+                    self._run_shard(i, x, y, loss_fn)  # warm-up: caches, allocator, lazy init
+                    for _ in range(self.calibration_reps):
+                        points.append((n, self._run_shard(i, x, y, loss_fn)[1]))
+                points_by_device.append(points)
+                self._warm.update((i, n) for n in sizes)
+            if self._auto_reduce:
+                def whole_batch_seconds(points):
+                    times = sorted(t for n, t in points if n == batch)
+                    return times[len(times) // 2]
+                fastest = min(range(len(self.devices)), key=lambda i: whole_batch_seconds(points_by_device[i]))
+                self._move_master(fastest)
+            calibrated = True
+        finally:
+            with torch.no_grad():
+                for t, s in zip(self._state_tensors(self.module), saved):
+                    t.copy_(s)
+            if not calibrated:  # a pass raised: no gradient or statistic of it stays behind
+                for replica in self.replicas:
+                    for p in replica.parameters():
+                        p.grad = None
+                self.broadcast()
         self.calibration_points = {str(d): list(points) for d, points in zip(self.devices, points_by_device)}
         for i, points in enumerate(points_by_device):
             self.balancer.calibrate(i, points, self._time_transfer(i))
@@ -1286,6 +1361,14 @@ class HeteroDataParallel:
         # None when the reduction device is not one of the training devices.
         self._master_index = next((i for i, r in enumerate(self.replicas) if r is self.module), None)
         self._non_master = tuple(i for i, r in enumerate(self.replicas) if r is not self.module)
+        # What _follow_master compares each step: the master's tensors (module.to() replaces
+        # buffers, so after every move), and per other replica its modules and parameters
+        # paired with the master's.
+        self._master_tensors = list(self.module.parameters()) + list(self.module.buffers())
+        self._master_versions = []
+        self._mirrors = [(list(zip(self.module.modules(), self.replicas[i].modules())),
+                          list(zip(self.module.parameters(), self.replicas[i].parameters())))
+                         for i in self._non_master]
         plugin = _plugin_of(self.reduce_device)
         self._push_after_step = tuple(i for i in self._non_master
                                       if plugin is not None and _plugin_of(self.devices[i]) == plugin)
@@ -1327,18 +1410,39 @@ class HeteroDataParallel:
                 "devices": [str(d) for d in self.devices], "reduce_device": str(self.reduce_device)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Resumes from `state_dict()`. A checkpoint of other devices (another list, order or
+        count) restores the module, the optimizer and the step count; its balancer measurements
+        are dropped (with a warning) and the next step calibrates on these devices."""
+        saved_devices = state.get("devices")
+        same_devices = saved_devices is None or list(saved_devices) == [str(d) for d in self.devices]
         saved_reduce = state.get("reduce_device")
         if self._auto_reduce and saved_reduce is not None and torch.device(saved_reduce) in self.devices:
             self._move_master(self.devices.index(torch.device(saved_reduce)))
         self.module.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.balancer.load_state_dict(state["balancer"])
+        if same_devices:
+            self.balancer.load_state_dict(state["balancer"])
+        else:
+            warnings.warn(f"HeteroDataParallel: the checkpoint was made on {list(saved_devices)}, this instance "
+                          f"trains on {[str(d) for d in self.devices]}: its balancer measurements are dropped "
+                          "and the next step calibrates", stacklevel=2)
+            b = self.balancer
+            self.balancer = ThroughputBalancer(len(self.devices), ema=b.ema, probe_every=b.probe_every,
+                                               probe_limit=b.probe_limit)
         self.steps = int(state["steps"])
         self._forget_plans()
         self.broadcast()
 
     def close(self) -> None:
+        """Stops the worker threads. Evaluation through the master (`hdp(x)`) still works;
+        training steps raise."""
+        self._closed = True
         self._pool.shutdown(wait=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("HeteroDataParallel is closed: its worker threads have stopped "
+                               "(train with a new HeteroDataParallel)")
 
     def __del__(self):
         pool = getattr(self, "_pool", None)

@@ -1,0 +1,210 @@
+"""HeteroDataParallel at the edges of its API, on fl:0 + fl:1 of the CPU plugin: what the user
+does to the master copy between steps (eval mode, unfreezing, in-place clipping) reaches the
+replicas; autocast covers every shard; devices without an index, bad splits, a closed
+instance, a calibration that raises, batches that require grad and a checkpoint of other
+devices give either the right result or a clear error that changes nothing."""
+from __future__ import annotations
+
+import io
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import torch_fl  # noqa: F401  (registers the fl device)
+
+from torch_fl.parallel import HeteroDataParallel
+
+
+def _bn_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 3)).double()
+
+
+def _mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)).double()
+
+
+def _batches(steps: int, batch: int = 16) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(batch, 6, generator=g, dtype=torch.float64), torch.randint(0, 3, (batch,), generator=g))
+            for _ in range(steps)]
+
+
+def _sgd(params):
+    return torch.optim.SGD(params, lr=0.1)
+
+
+def _reference_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
+    opt.zero_grad()
+    F.cross_entropy(model(x.to("fl:0")), y.to("fl:0")).backward()
+    opt.step()
+
+
+def _assert_same_parameters(a: nn.Module, b: nn.Module) -> None:
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p.detach().cpu(), q.detach().cpu(), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("change", ["eval", "unfreeze", "clip_in_place"])
+def test_changes_to_the_master_between_steps_reach_the_replicas(change):
+    # Batch norm in train mode normalises each shard by its own statistics, so only a model
+    # without it (or in eval mode) makes a split step exactly the big batch's step.
+    make = _bn_model if change == "eval" else _mlp
+    model, reference = make(), make().to("fl:0")
+    if change == "unfreeze":  # frozen before wrapping; both optimizers hold it anyway
+        model[0].weight.requires_grad_(False)
+        reference[0].weight.requires_grad_(False)
+    ref_opt = _sgd(reference.parameters())
+    hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _sgd, split=[1, 1], reduce_device="fl:0")
+    try:
+        for k, (x, y) in enumerate(_batches(4)):
+            if k == 1:  # after one step, the same change on the master and on the reference
+                if change == "eval":
+                    reference.load_state_dict(hdp.module.state_dict())  # the train-mode step as it ran
+                    hdp.module.eval()
+                    reference.eval()
+                elif change == "unfreeze":
+                    hdp.module[0].weight.requires_grad_(True)
+                    reference[0].weight.requires_grad_(True)
+            if change == "clip_in_place" and k > 0:
+                for m in (hdp.module, reference):
+                    with torch.no_grad():
+                        m[0].weight.clamp_(-0.05, 0.05)
+            hdp.train_step(x, y, F.cross_entropy)
+            if change != "eval" or k > 0:
+                _reference_step(reference, ref_opt, x, y)
+        assert hdp.last_shards == [8, 8]
+        assert all(r.training == hdp.module.training for r in hdp.replicas)
+        _assert_same_parameters(hdp.module, reference)
+        hdp.broadcast()
+        hdp.assert_replicas_identical()
+    finally:
+        hdp.close()
+
+
+def test_every_shard_runs_under_the_callers_autocast():
+    seen = {}
+
+    def loss_fn(out, y):
+        seen[str(out.device)] = out.dtype
+        return F.cross_entropy(out.float(), y)
+
+    torch.manual_seed(0)
+    hdp = HeteroDataParallel(nn.Linear(6, 3), ["fl:0", "fl:1"], _sgd, split=[1, 1], reduce_device="fl:1")
+    try:
+        x, y = torch.randn(8, 6), torch.randint(0, 3, (8,))
+        with torch.autocast("fl", dtype=torch.bfloat16):
+            hdp.train_step(x, y, loss_fn)
+        assert seen == {"fl:0": torch.bfloat16, "fl:1": torch.bfloat16}
+        seen.clear()
+        hdp.train_step(x, y, loss_fn)  # and not after the caller left it
+        assert seen == {"fl:0": torch.float32, "fl:1": torch.float32}
+    finally:
+        hdp.close()
+
+
+def test_a_device_without_an_index_is_the_current_one():
+    hdp = HeteroDataParallel(nn.Linear(6, 3).double(), ["fl", "fl:1"], _sgd, split=[1, 1], reduce_device="fl")
+    try:
+        assert hdp.devices == [torch.device("fl:0"), torch.device("fl:1")]
+        assert hdp.reduce_device == torch.device("fl:0")
+        (x, y), = _batches(1)
+        hdp.train_step(x[:1], y[:1], F.cross_entropy)  # one row: the master alone, fl:1 sits out
+        assert hdp.last_shards == [1, 0]
+        hdp.train_step(x, y, F.cross_entropy)  # fl:1 pulls the master's update on a side stream
+        assert hdp.last_shards == [8, 8]
+    finally:
+        hdp.close()
+    with pytest.raises(ValueError, match="distinct"):
+        HeteroDataParallel(nn.Linear(6, 3), ["fl", "fl:0"], _sgd)
+
+
+@pytest.mark.parametrize("split", [[-1, 2], [0, 0], [float("nan"), 1], [1, float("inf")]])
+def test_a_split_that_is_not_a_set_of_proportions_is_refused(split):
+    with pytest.raises(ValueError, match="finite proportions >= 0 with a positive sum"):
+        HeteroDataParallel(nn.Linear(6, 3), ["fl:0", "fl:1"], _sgd, split=split)
+
+
+def test_training_after_close_raises_and_evaluation_still_works():
+    hdp = HeteroDataParallel(nn.Linear(6, 3).double(), ["fl:0", "fl:1"], _sgd, split=[1, 1])
+    hdp.close()
+    hdp.close()
+    (x, y), = _batches(1)
+    for rows in (1, 16):  # the master alone, and a split step
+        with pytest.raises(RuntimeError, match="HeteroDataParallel is closed"):
+            hdp.train_step(x[:rows], y[:rows], F.cross_entropy)
+    assert hdp(x.to(hdp.reduce_device)).shape == (16, 3)
+
+
+def test_a_calibration_that_raises_leaves_the_model_as_it_was():
+    calls = {"fl:1": 0}
+
+    def flaky_loss(out, y):
+        if out.device == torch.device("fl:1"):
+            calls["fl:1"] += 1
+            if calls["fl:1"] == 1:
+                raise RuntimeError("transient failure on fl:1")
+        return F.cross_entropy(out, y)
+
+    model = _bn_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", calibration_reps=1)
+    try:
+        (x, y), = _batches(1)
+        with pytest.raises(RuntimeError, match="transient failure on fl:1"):
+            hdp.train_step(x, y, flaky_loss)
+        for k, v in hdp.module.state_dict().items():  # batch norm's statistics included
+            assert torch.equal(v.cpu(), before[k]), k
+        assert all(p.grad is None for r in hdp.replicas for p in r.parameters())
+        hdp.assert_replicas_identical()
+        hdp.train_step(x, y, flaky_loss)  # calibrates again, then one step
+        assert int(hdp.module[1].num_batches_tracked) == 1
+    finally:
+        hdp.close()
+
+
+def test_a_batch_that_requires_grad_is_refused_and_changes_nothing():
+    hdp = HeteroDataParallel(nn.Linear(6, 3).double(), ["fl:0", "fl:1"], _sgd, split=[1, 1])
+    try:
+        before = [p.detach().cpu().clone() for p in hdp.module.parameters()]
+        (x, y), = _batches(1)
+        leaf = x.clone().requires_grad_()
+        encoder = nn.Linear(6, 6).double()
+        for batch in (leaf, encoder(x)):  # a leaf, and the output of a graph
+            with pytest.raises(ValueError, match="requires grad"):
+                hdp.train_step(batch, y, F.cross_entropy)
+        assert leaf.grad is None and encoder.weight.grad is None
+        for p, b in zip(hdp.module.parameters(), before):
+            assert torch.equal(p.detach().cpu(), b)
+        hdp.train_step(x, y, F.cross_entropy)
+    finally:
+        hdp.close()
+
+
+def test_a_checkpoint_of_other_devices_restores_the_model_and_calibrates_again():
+    batches = _batches(2)
+    two = HeteroDataParallel(nn.Linear(6, 3).double(), ["fl:0", "fl:1"], _sgd, calibration_reps=1)
+    for x, y in batches:
+        two.train_step(x, y, F.cross_entropy)
+    buffer = io.BytesIO()
+    torch.save(two.state_dict(), buffer)
+    saved = [p.detach().cpu().clone() for p in two.module.parameters()]
+    two.close()
+    buffer.seek(0)
+    one = HeteroDataParallel(nn.Linear(6, 3).double(), ["fl:1"], _sgd)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            one.load_state_dict(torch.load(buffer, weights_only=False))
+        assert any("the next step calibrates" in str(w.message) for w in caught), [str(w.message) for w in caught]
+        assert one.steps == 2 and not one.balancer.calibrated
+        for p, s in zip(one.module.parameters(), saved):
+            assert torch.equal(p.detach().cpu(), s)
+        one.train_step(*batches[0], F.cross_entropy)
+        assert one.balancer.calibrated and one.last_shards == [16]
+    finally:
+        one.close()

@@ -107,6 +107,52 @@ def check_collectives(rank: int, world: int, dev: torch.device) -> None:
     dist.all_reduce(cpu)
     check("all_reduce cpu", cpu, torch.full((2,), float(ranks.sum())))
 
+    # A ring exchange with isend/irecv in one batch: every rank sends before it receives, so a
+    # send that waited for its peer would deadlock.
+    right, left = (rank + 1) % world, (rank - 1) % world
+    sent = torch.full((3,), float(rank + 1), device=dev)
+    got = torch.zeros(3, device=dev)
+    for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, sent, right), dist.P2POp(dist.irecv, got, left)]):
+        work.wait()
+    check("batch_isend_irecv", got, torch.full((3,), float(left + 1)))
+
+    # all_gather_coalesced: outputs[r][j] is rank r's j-th input (tensors of two shapes).
+    inputs = [torch.full((2,), float(rank), device=dev), torch.full((3,), 10.0 + rank, device=dev)]
+    outputs = [[torch.zeros(2, device=dev), torch.zeros(3, device=dev)] for _ in range(world)]
+    dist.all_gather_coalesced(outputs, inputs)
+    for r in range(world):
+        check(f"all_gather_coalesced[{r}][0]", outputs[r][0], torch.full((2,), float(r)))
+        check(f"all_gather_coalesced[{r}][1]", outputs[r][1], torch.full((3,), 10.0 + r))
+
+    # all_to_all_single, even and uneven splits (rank r sends q + 1 rows to rank q), and the
+    # list form with a bfloat16 tensor per peer.
+    source = torch.arange(2 * world, dtype=torch.float32, device=dev) + 100 * rank
+    even = torch.empty(2 * world, device=dev)
+    dist.all_to_all_single(even, source)
+    check("all_to_all_single", even, torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float32) + 100 * q
+                                                 for q in range(world)]))
+    in_splits = [q + 1 for q in range(world)]
+    uneven_in = torch.full((sum(in_splits), 2), float(rank), device=dev)
+    uneven_out = torch.empty(world * (rank + 1), 2, device=dev)
+    dist.all_to_all_single(uneven_out, uneven_in, output_split_sizes=[rank + 1] * world, input_split_sizes=in_splits)
+    check("all_to_all_single uneven", uneven_out,
+          torch.cat([torch.full((rank + 1, 2), float(q)) for q in range(world)]))
+    ins = [torch.full((q + 1,), float(10 * rank + q), dtype=torch.bfloat16, device=dev) for q in range(world)]
+    outs = [torch.empty(rank + 1, dtype=torch.bfloat16, device=dev) for _ in range(world)]
+    dist.all_to_all(outs, ins)
+    for q in range(world):
+        check(f"all_to_all[{q}]", outs[q], torch.full((rank + 1,), float(10 * q + rank), dtype=torch.bfloat16))
+
+    # Outputs of another dtype than the inputs are refused (Gloo's rule), not cast.
+    try:
+        dist.all_gather_into_tensor(torch.zeros(2 * world, device=dev),
+                                    torch.tensor([rank, 2**25 + 1], dtype=torch.int64, device=dev))
+    except TypeError as e:
+        assert "one dtype" in str(e), e
+        print("ok dtype mismatch refused", flush=True)
+    else:
+        raise AssertionError("all_gather_into_tensor cast int64 into float32")
+
 
 def train_ddp(rank: int, world: int, dev: torch.device, out: str) -> None:
     model = make_model().to(dev)

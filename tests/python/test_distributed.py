@@ -20,6 +20,7 @@ from torch_fl._native_collectives import unavailable_reason
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _flccl_worker as worker  # noqa: E402
+from conftest import run_python  # noqa: E402
 
 
 def test_flccl_is_registered_for_fl_devices():
@@ -108,9 +109,25 @@ def test_two_ranks_collectives_and_ddp(tmp_path, backend):
     params, logs = _run_ranks(tmp_path, backend)
     for log in logs:
         for name in ("all_reduce RedOpType.AVG", "all_gather_into_tensor", "reduce_scatter_tensor MAX",
-                     "broadcast", "barrier", "ddp"):
+                     "broadcast", "barrier", "ddp", "batch_isend_irecv", "all_gather_coalesced[1][1]",
+                     "all_to_all_single uneven", "all_to_all[1]", "dtype mismatch refused"):
             assert f"ok {name}" in log, log[-3000:]
     for a, b in zip(*params):
         assert torch.equal(a, b)  # ranks agree bit for bit
     for got, expected in zip(params[0], _single_process_reference()):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+def test_a_group_without_a_backend_serves_fl_and_cpu_tensors(tmp_path):
+    """torch's backend autoload makes fl the accelerator, so init_process_group() without a
+    backend asks for fl's backend: a script that never imports torch_fl (a CPU-only one)
+    must still get a working group."""
+    code = ("import torch, torch.distributed as dist\n"
+            f"dist.init_process_group(init_method='file://{tmp_path / 'store'}', rank=0, world_size=1)\n"
+            "t = torch.ones(3); dist.all_reduce(t)\n"
+            "u = torch.ones(2, device='fl:0'); dist.all_reduce(u)\n"
+            "print('config', dist.get_backend_config(), t.tolist(), u.cpu().tolist())\n"
+            "dist.destroy_process_group()\n")
+    r = run_python(code, timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "config fl:flccl [1.0, 1.0, 1.0] [1.0, 1.0]" in r.stdout, r.stdout

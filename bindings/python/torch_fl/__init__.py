@@ -79,6 +79,13 @@ else:
 
     _register()
 
+    # "flccl" for fl tensors in torch.distributed. Registered at load, not only on `import
+    # torch_fl.distributed`: torch's backend autoload makes fl the accelerator, and
+    # init_process_group() without a backend then asks for fl's backend, in a CPU-only
+    # script too ("We detected accelerator fl ... we don't know which communication backend").
+    if torch.distributed.is_available():
+        from . import distributed as _distributed  # noqa: E402,F401
+
     from . import _lightning_hook  # noqa: E402,F401 - Trainer(accelerator="fl") registers itself when Lightning loads
 
 _initialized = True

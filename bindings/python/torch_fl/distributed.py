@@ -43,7 +43,9 @@ one where it runs Gloo.
 Not done (written here so that nobody relies on it):
 - Host-staged collectives run synchronously: the returned Work is already complete, so
   async_op=True gives no overlap with computation, and DDP's all-reduce does not overlap
-  backward. On the NCCL route the host does not wait, but the Work is also returned complete
+  backward. Send and receive are the exception: they do not wait for the peer, so an
+  isend/irecv exchange (batch_isend_irecv) works; a receive's values reach the fl tensor when
+  its work is waited for. On the NCCL route the host does not wait, but the Work is also returned complete
   (the fl stream is what waits).
 - The NCCL route's Python costs about 70-200 us per call on the H200 machine (1 MiB
   all_reduce: 121-253 us against 48-58 for native NCCL).
@@ -108,6 +110,40 @@ class _Staged:
             for original, staged in self._back:
                 original.copy_(staged)
         self._back.clear()
+
+
+def _same_dtype(what: str, outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> None:
+    """Gloo refuses outputs of another dtype than the inputs; host staging (bfloat16 widened to
+    float32, results copied back with copy_) would cast them silently, so refuse them here."""
+    dtypes = {t.dtype for t in list(outputs) + list(inputs)}
+    if len(dtypes) > 1:
+        raise TypeError(f"flccl {what}: every tensor must have one dtype, got "
+                        f"{sorted(str(d) for d in dtypes)}")
+
+
+class _StagedWork(dist.Work):
+    """A Gloo work on host copies whose results are copied back to the fl tensors once it is
+    waited for: an asynchronous receive that does not block the caller (isend/irecv pairs)."""
+
+    def __init__(self, work: dist.Work, stage: _Staged, result: list[torch.Tensor]) -> None:
+        super().__init__()
+        self._work, self._stage, self._result, self._finished = work, stage, result, False
+
+    def wait(self, timeout: datetime.timedelta | None = None) -> bool:
+        if not self._finished:
+            self._work.wait() if timeout is None else self._work.wait(timeout)
+            self._stage.finish()
+            self._finished = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self._finished
+
+    def is_success(self) -> bool:
+        return self._finished
+
+    def result(self) -> list[torch.Tensor]:
+        return self._result
 
 
 class FlProcessGroup(dist.ProcessGroup):
@@ -242,6 +278,7 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None) -> dist.Work:
+        _same_dtype("all_gather", [t for outs in output_tensors for t in outs], input_tensors)
         native = self._native_for([t for outs in output_tensors for t in outs] + list(input_tensors))
         if native is not None:
             native.allgather(output_tensors, input_tensors)
@@ -255,12 +292,17 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def allgather_coalesced(self, output_lists: list[list[torch.Tensor]], input_list: list[torch.Tensor],
                             opts: Any = None) -> dist.Work:
-        for outs, t in zip(output_lists, input_list):
-            self.allgather([outs], [t])
+        """output_lists[r][j] receives rank r's input_list[j]."""
+        if len(output_lists) != self._size:
+            raise ValueError(f"flccl all_gather_coalesced: {len(output_lists)} output lists, expected one per "
+                             f"rank ({self._size})")
+        for j, t in enumerate(input_list):
+            self.allgather([[outs[j] for outs in output_lists]], [t])
         return _completed_work(output_lists)
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """all_gather_into_tensor: `output` holds every rank's `input`, rank by rank."""
+        _same_dtype("all_gather_into_tensor", [output], [input])
         if output.numel() != input.numel() * self._size:
             raise ValueError(f"flccl all_gather_into_tensor: output has {output.numel()} elements, "
                              f"expected {input.numel()} x {self._size}")
@@ -290,6 +332,7 @@ class FlProcessGroup(dist.ProcessGroup):
         """output[r] = reduce over ranks of input_list[r]; done as an all-reduce of the stacked
         inputs (Gloo's reduce_scatter does not take every dtype), keeping this rank's slice."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        _same_dtype("reduce_scatter", output_tensors, [t for ins in input_lists for t in ins])
         native = self._native_for(list(output_tensors) + [t for ins in input_lists for t in ins])
         if native is not None:
             native.reduce_scatter(output_tensors, input_lists, opts if opts is not None else dist.ReduceScatterOptions())
@@ -305,6 +348,7 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> dist.Work:
         """reduce_scatter_tensor: this rank's 1/size of the reduced `input` into `output`."""
+        _same_dtype("reduce_scatter_tensor", [output], [input])
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"flccl reduce_scatter_tensor: input has {input.numel()} elements, "
                              f"expected {output.numel()} x {self._size}")
@@ -352,6 +396,7 @@ class FlProcessGroup(dist.ProcessGroup):
     def gather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.GatherOptions()
+        _same_dtype("gather", [t for outs in output_tensors for t in outs], input_tensors)
         stage = _Staged()
         host_out = [[stage.host(t, written=True) for t in outs] for outs in output_tensors]
         host_in = [stage.host(t, written=False) for t in input_tensors]
@@ -364,6 +409,7 @@ class FlProcessGroup(dist.ProcessGroup):
     def scatter(self, output_tensors: list[torch.Tensor], input_tensors: list[list[torch.Tensor]],
                 opts: Any = None) -> dist.Work:
         opts = opts if opts is not None else dist.ScatterOptions()
+        _same_dtype("scatter", output_tensors, [t for ins in input_tensors for t in ins])
         stage = _Staged()
         host_out = [stage.host(t, written=True) for t in output_tensors]
         host_in = [[stage.host(t, written=False) for t in ins] for ins in input_tensors]
@@ -374,15 +420,50 @@ class FlProcessGroup(dist.ProcessGroup):
         return _completed_work(output_tensors)
 
     def send(self, tensors: list[torch.Tensor], dst: int, tag: int) -> dist.Work:
+        """Does not wait for the peer (isend): Gloo's work keeps the host copy alive."""
         stage = _Staged()
-        self._gloo.send([stage.host(t, written=False) for t in tensors], dst, tag).wait()
-        return _completed_work(tensors)
+        return self._gloo.send([stage.host(t, written=False) for t in tensors], dst, tag)
 
     def recv(self, tensors: list[torch.Tensor], src: int, tag: int) -> dist.Work:
+        """Does not wait for the peer (irecv): the values reach `tensors` when the work is
+        waited for, as a device's receive completes on its stream."""
         stage = _Staged()
-        self._gloo.recv([stage.host(t, written=True) for t in tensors], src, tag).wait()
+        work = self._gloo.recv([stage.host(t, written=True) for t in tensors], src, tag)
+        return _StagedWork(work, stage, tensors)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int) -> dist.Work:
+        stage = _Staged()
+        work = self._gloo.recv_anysource([stage.host(t, written=True) for t in tensors], tag)
+        return _StagedWork(work, stage, tensors)
+
+    def alltoall_base(self, output: torch.Tensor, input: torch.Tensor, output_split_sizes: list[int],
+                      input_split_sizes: list[int], opts: Any = None) -> dist.Work:
+        """all_to_all_single: rows of `input` split by input_split_sizes (even when empty) go
+        to the ranks in order; `output` receives each rank's part, split by output_split_sizes."""
+        _same_dtype("all_to_all_single", [output], [input])
+        stage = _Staged()
+        host_out = stage.host(output, written=True)
+        host_in = stage.host(input, written=False)
+        self._gloo.alltoall_base(host_out, host_in, list(output_split_sizes), list(input_split_sizes)).wait()
         stage.finish()
-        return _completed_work(tensors)
+        return _completed_work([output])
+
+    def alltoall(self, output_tensors: list[torch.Tensor], input_tensors: list[torch.Tensor],
+                 opts: Any = None) -> dist.Work:
+        """all_to_all: input_tensors[r] goes to rank r, output_tensors[r] comes from rank r (any
+        shapes, one dtype): one all_to_all_single of the flattened tensors."""
+        if len(output_tensors) != self._size or len(input_tensors) != self._size:
+            raise ValueError(f"flccl all_to_all: {len(input_tensors)} inputs and {len(output_tensors)} outputs, "
+                             f"expected one per rank ({self._size})")
+        _same_dtype("all_to_all", output_tensors, input_tensors)
+        host_in = torch.cat([_host_copy(t).reshape(-1) for t in input_tensors])
+        host_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=host_in.dtype)
+        self._gloo.alltoall_base(host_out, host_in, [t.numel() for t in output_tensors],
+                                 [t.numel() for t in input_tensors]).wait()
+        with torch.no_grad():
+            for t, part in zip(output_tensors, host_out.split([t.numel() for t in output_tensors])):
+                t.copy_(part.view(t.shape))
+        return _completed_work(output_tensors)
 
     def barrier(self, opts: Any = None) -> dist.Work:
         self._gloo.barrier(dist.BarrierOptions()).wait()

@@ -1,6 +1,8 @@
 // minimal_ops.cpp — the ops every PrivateUse1 backend implements natively (torch_openreg's
 // minimal set): tensor creation, views, resize, copies, reading a scalar, set_, record_stream,
-// and the shallow-copy compatibility check behind `param.data = t`.
+// and the shallow-copy compatibility check behind `param.data = t`. Also the views that ATen
+// registers per backend (view_as_real, view_as_complex, unfold): routed to the CPU fallback
+// they would return copies, and a write through them would be lost.
 #include "copy_engine.h"
 #include "device_allocator.h"
 #include "fl_context.h"
@@ -10,6 +12,9 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_cpu_dispatch.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/set_cpu_dispatch.h>
 #include <ATen/ops/view_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -68,14 +73,47 @@ at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
   return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
 }
 
+// A tensor's conjugate and negative bits are metadata over unchanged memory. ATen's copy_ hands
+// a copy that involves an fl tensor to _copy_from before it looks at the bits, and the
+// Conjugate/Negative fallbacks would resolve them with clone(), which copies through
+// _copy_from again (endless recursion: `x.conj().cpu()` crashed). So those fallbacks fall
+// through for _copy_from (below), and the copy moves the raw memory and then applies, on the
+// destination, the conjugation and negation by which the two tensors' bits differ.
+struct RawView {
+  at::Tensor tensor;  // the same memory with both bits cleared
+  bool conj = false;
+  bool neg = false;
+};
+
+RawView without_bits(const at::Tensor& t) {
+  RawView raw{t, t.is_conj(), t.is_neg()};
+  if (raw.conj) raw.tensor = raw.tensor.conj();         // flips the bit back: a view
+  if (raw.neg) raw.tensor = raw.tensor._neg_view();     // likewise
+  return raw;
+}
+
+void copy_values(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  if (!src.is_conj() && !src.is_neg() && !dst.is_conj() && !dst.is_neg()) {
+    copy_between(dst, src, non_blocking);
+    return;
+  }
+  const RawView from = without_bits(src);
+  RawView to = without_bits(dst);
+  copy_between(to.tensor, from.tensor, false);
+  // conj_physical_ reaches a DispatchStub with no fl kernel; negating the imaginary parts
+  // through view_as_real routes like any elementwise op.
+  if (from.conj != to.conj) at::view_as_real(to.tensor).select(-1, 1).neg_();
+  if (from.neg != to.neg) to.tensor.neg_();
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
-  copy_between(dst, self, non_blocking);
+  copy_values(dst, self, non_blocking);
   return dst;
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   at::native::resize_(dst, self.sizes(), std::nullopt);
-  copy_between(dst, self, false);
+  copy_values(dst, self, false);
   return dst;
 }
 
@@ -139,6 +177,9 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("resize_", resize_);
   m.impl("_reshape_alias", reshape_alias);
   m.impl("view", view);
+  m.impl("view_as_real", TORCH_FN(at::native::view_as_real));
+  m.impl("view_as_complex", TORCH_FN(at::native::view_as_complex));
+  m.impl("unfold", TORCH_FN(at::native::unfold));
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
@@ -146,6 +187,17 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
   m.impl("set_", set_empty);
+}
+
+// See copy_values: the bits of a copy's operands are applied by the copy itself.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 }  // namespace fl::binding

@@ -107,6 +107,12 @@ def check_collectives(rank: int, world: int, dev: torch.device) -> None:
     dist.all_reduce(cpu)
     check("all_reduce cpu", cpu, torch.full((2,), float(ranks.sum())))
 
+    # c10d reduces complex tensors through view_as_real, which must write through to the tensor.
+    z = torch.full((2,), complex(rank + 1, 10 * (rank + 1)), dtype=torch.complex64, device=dev)
+    dist.all_reduce(z)
+    total = float(ranks.sum())
+    check("all_reduce complex64", z, torch.full((2,), complex(total, 10 * total), dtype=torch.complex64))
+
     # A ring exchange with isend/irecv in one batch: every rank sends before it receives, so a
     # send that waited for its peer would deadlock.
     right, left = (rank + 1) % world, (rank - 1) % world

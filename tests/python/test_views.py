@@ -1,0 +1,61 @@
+"""Views on fl tensors share memory with their base, as on CPU: a write through the view
+changes the base. ATen registers some views per backend (view_as_real, view_as_complex,
+unfold); routed to the CPU fallback they returned copies and the write was lost (and c10d's
+complex collectives, which write through view_as_real, silently did nothing). Copies of
+tensors with the conjugate or negative bit set crashed with endless recursion."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_fl  # noqa: F401
+
+DEV = "fl:0"
+
+VIEWS = {
+    "view_as_real": (lambda: torch.randn(4, dtype=torch.complex64), torch.view_as_real, 7.0),
+    "view_as_complex": (lambda: torch.randn(4, 2), torch.view_as_complex, 1 + 3j),
+    "real": (lambda: torch.randn(4, dtype=torch.complex64), lambda t: t.real, 3.0),
+    "imag": (lambda: torch.randn(4, dtype=torch.complex64), lambda t: t.imag, 3.0),
+    "unfold": (lambda: torch.randn(4, 6), lambda t: t.unfold(1, 2, 2), 5.0),
+    "diagonal": (lambda: torch.randn(4, 6), torch.diagonal, 5.0),
+    "narrow": (lambda: torch.randn(4, 6), lambda t: t.narrow(1, 1, 2), 5.0),
+    "transpose": (lambda: torch.randn(4, 6), lambda t: t.t(), 5.0),
+    "view dtype": (lambda: torch.randn(4, 6), lambda t: t.view(torch.int32), 0),
+    "as_strided": (lambda: torch.randn(4, 6), lambda t: t.as_strided((2, 2), (1, 2)), 5.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VIEWS))
+def test_a_write_through_a_view_reaches_its_base(name):
+    make, view, value = VIEWS[name]
+    base = make()
+    expected = base.clone()
+    view(expected).fill_(value)
+    on_fl = base.to(DEV)
+    v = view(on_fl)
+    assert v.device == torch.device(DEV)
+    assert v.untyped_storage().data_ptr() == on_fl.untyped_storage().data_ptr()
+    v.fill_(value)
+    assert torch.equal(on_fl.cpu(), expected)
+
+
+def test_copies_of_conjugate_and_negative_views_apply_their_bits():
+    c = torch.tensor([1 + 2j, 3 - 4j], dtype=torch.complex64)
+    x = c.to(DEV)
+    assert torch.equal(x.conj().cpu(), c.conj())  # was endless recursion (a crash)
+    assert torch.equal(x.conj().clone().cpu(), c.conj())
+    assert torch.equal(torch.ops.aten._neg_view(x).cpu(), -c)
+    assert torch.equal((-x.conj()).cpu(), -c.conj())
+    into = torch.empty(2, dtype=torch.complex64, device=DEV)
+    into.copy_(x.conj())
+    assert torch.equal(into.cpu(), c.conj())
+    into.conj().copy_(c)  # a copy into a conjugate view stores the conjugate
+    assert torch.equal(into.cpu(), c.conj())
+    y = x.clone()
+    y.conj().fill_(2 + 1j)
+    assert torch.equal(y.cpu(), torch.full((2,), 2 - 1j, dtype=torch.complex64))
+    assert torch.equal((x.conj() * x).cpu(), (c.conj() * c))
+    host = torch.empty(2, dtype=torch.complex64).conj()
+    host.copy_(x)  # fl -> a conjugate view on the host
+    assert torch.equal(host.resolve_conj(), c)

@@ -59,6 +59,14 @@ def test_parse_devices_rejects_missing_indices():
         FlAccelerator.parse_devices([torch.fl.device_count()])
 
 
+@pytest.mark.parametrize("devices,message", [("0,0", "listed once"), ([1, 1], "listed once"),
+                                             (-2, "-1 \\(all\\) or >= 0"), ("-2", "-1 \\(all\\) or >= 0")])
+def test_parse_devices_rejects_repeated_indices_and_negative_counts(devices, message):
+    # Lightning's CUDA parser refuses these too; "0,0" used to start two DDP ranks on fl:0.
+    with pytest.raises(ValueError, match=message):
+        FlAccelerator.parse_devices(devices)
+
+
 def test_device_stats_are_the_allocator_counters():
     keep = torch.empty(1024, device="fl:0")
     stats = FlAccelerator().get_device_stats(torch.device("fl:0"))

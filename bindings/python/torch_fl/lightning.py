@@ -54,13 +54,19 @@ def _parse_fl_devices(devices: Union[int, str, list[int], tuple[int, ...], None]
             indices = [int(p) for p in text.split(",") if p.strip()]
         else:
             n = int(text)
+            if n < -1:
+                raise ValueError(f"devices={devices!r}: a count must be -1 (all) or >= 0")
             indices = list(range(n)) if n >= 0 else list(range(count))
     elif isinstance(devices, int):
+        if devices < -1:
+            raise ValueError(f"devices={devices!r}: a count must be -1 (all) or >= 0")
         indices = list(range(count)) if devices == -1 else list(range(devices))
     else:
         indices = [int(i) for i in devices]
     if not indices:
         raise ValueError(f"devices={devices!r} selects no fl device")
+    if len(set(indices)) != len(indices):
+        raise ValueError(f"devices={devices!r}: each fl device may be listed once")
     bad = [i for i in indices if not 0 <= i < count]
     if bad:
         raise ValueError(f"devices={devices!r}: fl has {count} device(s), no index {bad}")

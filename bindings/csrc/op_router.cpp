@@ -299,6 +299,11 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   if (cfg.strict) refuse("no native kernel in the plugin, and fallback.strict is set");
   if (!cfg.enable_cpu_fallback) refuse("no native kernel in the plugin, and the CPU fallback is disabled");
+  // An op with no CPU kernel at all (a CUDA-only one such as batch_norm_stats, which
+  // SyncBatchNorm calls) would fail inside the fallback with "Could not run ... from the 'CPU'
+  // backend", naming a device the caller never used.
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU))
+    refuse("no native kernel in the plugin, and PyTorch has no CPU kernel for it to fall back on");
   warn_fallback(info, Tier::CpuFallback, device, args);
   run_cpu_fallback(op, stack, device);
   info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);

@@ -251,3 +251,13 @@ def test_convolutions_follow_cudnn_switches_and_other_ops_the_config(tmp_path, m
     assert seen["cudnn_deterministic"] == {conv: ["deterministic"], mm: mm_default}
     assert seen["cudnn_no_tf32"] == {conv: ["precise"], mm: mm_default}
     assert seen["torch_deterministic"] == {conv: ["deterministic"], mm: mm_default + ["deterministic"]}
+
+
+def test_an_op_with_no_cpu_kernel_is_refused_naming_it_not_the_cpu():
+    # batch_norm_stats (SyncBatchNorm's) has only a CUDA kernel: the CPU fallback cannot run it,
+    # and the error says so for fl instead of "Could not run ... from the 'CPU' backend".
+    x = torch.randn(4, 3, device="fl:0")
+    with pytest.raises(NotImplementedError,
+                       match=r"aten::batch_norm_stats is not available on fl:0 for dtypes \(Float\): .*"
+                             r"PyTorch has no CPU kernel"):
+        torch.batch_norm_stats(x, 1e-5)

@@ -131,7 +131,11 @@ class _StagedWork(dist.Work):
 
     def wait(self, timeout: datetime.timedelta | None = None) -> bool:
         if not self._finished:
-            self._work.wait() if timeout is None else self._work.wait(timeout)
+            # c10d's C++ side passes 0 for "no timeout" (kNoTimeout).
+            if timeout is None or timeout == datetime.timedelta(0):
+                self._work.wait()
+            else:
+                self._work.wait(timeout)
             self._stage.finish()
             self._finished = True
         return True

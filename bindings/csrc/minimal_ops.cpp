@@ -102,7 +102,8 @@ void copy_values(const at::Tensor& dst, const at::Tensor& src, bool non_blocking
   copy_between(to.tensor, from.tensor, false);
   // conj_physical_ reaches a DispatchStub with no fl kernel; negating the imaginary parts
   // through view_as_real routes like any elementwise op.
-  if (from.conj != to.conj) at::view_as_real(to.tensor).select(-1, 1).neg_();
+  // (A real destination took the real parts, which conjugation does not change.)
+  if (from.conj != to.conj && to.tensor.is_complex()) at::view_as_real(to.tensor).select(-1, 1).neg_();
   if (from.neg != to.neg) to.tensor.neg_();
 }
 

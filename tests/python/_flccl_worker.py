@@ -122,6 +122,15 @@ def check_collectives(rank: int, world: int, dev: torch.device) -> None:
         work.wait()
     check("batch_isend_irecv", got, torch.full((3,), float(left + 1)))
 
+    # A receive from any rank says who sent.
+    if rank == 0:
+        dist.send(torch.full((2,), 7.0, device=dev), dst=world - 1)
+    elif rank == world - 1:
+        anyone = torch.zeros(2, device=dev)
+        sender = dist.recv(anyone)
+        assert sender == 0, sender
+        check("recv from any rank", anyone, torch.full((2,), 7.0))
+
     # all_gather_coalesced: outputs[r][j] is rank r's j-th input (tensors of two shapes).
     inputs = [torch.full((2,), float(rank), device=dev), torch.full((3,), 10.0 + rank, device=dev)]
     outputs = [[torch.zeros(2, device=dev), torch.zeros(3, device=dev)] for _ in range(world)]

@@ -113,6 +113,7 @@ def test_two_ranks_collectives_and_ddp(tmp_path, backend):
                      "all_to_all_single uneven", "all_to_all[1]", "dtype mismatch refused",
                      "all_reduce complex64"):
             assert f"ok {name}" in log, log[-3000:]
+    assert "ok recv from any rank" in logs[-1], logs[-1][-3000:]  # the last rank receives
     for a, b in zip(*params):
         assert torch.equal(a, b)  # ranks agree bit for bit
     for got, expected in zip(params[0], _single_process_reference()):

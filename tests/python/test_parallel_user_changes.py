@@ -167,20 +167,57 @@ def test_a_calibration_that_raises_leaves_the_model_as_it_was():
         hdp.close()
 
 
-def test_a_batch_that_requires_grad_is_refused_and_changes_nothing():
+def test_a_leaf_batch_that_requires_grad_gets_the_big_batch_gradient():
+    # Adversarial training and saliency maps need d loss / d input; the calibration's timed
+    # passes must not add into it.
+    torch.manual_seed(0)
+    hdp = HeteroDataParallel(nn.Linear(6, 3).double(), ["fl:0", "fl:1"], _sgd, reduce_device="fl:0",
+                             calibration_reps=1, granularity=4)
+    try:
+        (x, y), = _batches(1)
+        for _ in range(3):  # the first step calibrates; then the measured split runs
+            reference = nn.Linear(6, 3).double()
+            reference.load_state_dict({k: v.cpu() for k, v in hdp.module.state_dict().items()})
+            expected = x.clone().requires_grad_()
+            F.cross_entropy(reference(expected), y).backward()
+            leaf = x.clone().requires_grad_()
+            hdp.train_step(leaf, y, F.cross_entropy)
+            torch.testing.assert_close(leaf.grad, expected.grad, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
+def test_a_batch_produced_by_a_graph_that_requires_grad_is_refused_and_changes_nothing():
     hdp = HeteroDataParallel(nn.Linear(6, 3).double(), ["fl:0", "fl:1"], _sgd, split=[1, 1])
     try:
         before = [p.detach().cpu().clone() for p in hdp.module.parameters()]
         (x, y), = _batches(1)
-        leaf = x.clone().requires_grad_()
         encoder = nn.Linear(6, 6).double()
-        for batch in (leaf, encoder(x)):  # a leaf, and the output of a graph
-            with pytest.raises(ValueError, match="requires grad"):
-                hdp.train_step(batch, y, F.cross_entropy)
-        assert leaf.grad is None and encoder.weight.grad is None
+        with pytest.raises(ValueError, match="output of a graph that requires grad"):
+            hdp.train_step(encoder(x), y, F.cross_entropy)
+        assert encoder.weight.grad is None
         for p, b in zip(hdp.module.parameters(), before):
             assert torch.equal(p.detach().cpu(), b)
         hdp.train_step(x, y, F.cross_entropy)
+    finally:
+        hdp.close()
+
+
+@pytest.mark.parametrize("split,reduce_device", [([0, 1], "fl:0"), ([1, 1], "cpu")],
+                         ids=["master_sits_out", "reduce_outside"])
+def test_a_parameter_frozen_after_wrapping_stays_as_it_is(split, reduce_device):
+    torch.manual_seed(0)
+    hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], _sgd, split=split, reduce_device=reduce_device)
+    try:
+        batches = _batches(3)
+        hdp.train_step(*batches[0], F.cross_entropy)
+        hdp.module[0].weight.requires_grad_(False)
+        frozen = hdp.module[0].weight.detach().cpu().clone()
+        trained = hdp.module[2].weight.detach().cpu().clone()
+        for x, y in batches[1:]:
+            hdp.train_step(x, y, F.cross_entropy)
+        assert torch.equal(hdp.module[0].weight.detach().cpu(), frozen)
+        assert not torch.equal(hdp.module[2].weight.detach().cpu(), trained)
     finally:
         hdp.close()
 

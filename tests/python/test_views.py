@@ -56,6 +56,9 @@ def test_copies_of_conjugate_and_negative_views_apply_their_bits():
     y.conj().fill_(2 + 1j)
     assert torch.equal(y.cpu(), torch.full((2,), 2 - 1j, dtype=torch.complex64))
     assert torch.equal((x.conj() * x).cpu(), (c.conj() * c))
+    real = torch.empty(2, device=DEV)
+    real.copy_(x.conj())  # a real destination takes the real parts (was: view_as_real on it)
+    assert torch.equal(real.cpu(), c.real)
     host = torch.empty(2, dtype=torch.complex64).conj()
     host.copy_(x)  # fl -> a conjugate view on the host
     assert torch.equal(host.resolve_conj(), c)

@@ -149,6 +149,9 @@ class _StagedWork(dist.Work):
     def result(self) -> list[torch.Tensor]:
         return self._result
 
+    def _source_rank(self) -> int:  # dist.recv() without src asks the work who sent
+        return self._work._source_rank()
+
 
 class FlProcessGroup(dist.ProcessGroup):
     """A c10d process group for fl (and cpu) tensors: host-staged over Gloo, or NCCL on the

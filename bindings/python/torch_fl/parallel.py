@@ -701,11 +701,8 @@ def _with_index(device: str | torch.device) -> torch.device:
     device = torch.device(device)
     if device.index is not None or device.type == "cpu":
         return device
-    module = getattr(torch, device.type, None)
-    current = getattr(module, "current_device", None)
-    if current is None:
-        raise ValueError(f"HeteroDataParallel: give {device.type} devices with an index (e.g. '{device.type}:0')")
-    return torch.device(device.type, current())
+    current = getattr(getattr(torch, device.type, None), "current_device", None)
+    return device if current is None else torch.device(device.type, current())
 
 
 def _autocast_state(device_types: Iterable[str]) -> list[tuple[str, bool, torch.dtype]]:
@@ -785,7 +782,8 @@ class HeteroDataParallel:
     and requires_grad flags, and pull its tensors again when one was written in place since
     they last received them (e.g. weight clipping under torch.no_grad()); a write through
     `.data` bumps no version counter, so call `broadcast()` after one. Each shard runs under
-    the caller's autocast. Inputs and targets must not require grad.
+    the caller's autocast. A leaf batch tensor that requires grad gets the big batch's
+    gradient; one produced by a graph that requires grad is refused.
 
     Attributes:
         timeline: set it to a list to record, per step of more than one device, where the
@@ -881,6 +879,9 @@ class HeteroDataParallel:
         in place since the replicas last received it (weight clipping under torch.no_grad(),
         say), every replica pulls it again before it next computes. The pairs are listed once
         per master (_note_master): walking the modules each step cost ~2 ms for 150 modules."""
+        for p in self._master_params:  # a frozen parameter keeps no gradient (zero_grad's rule)
+            if p.grad is not None and not p.requires_grad:
+                p.grad = None
         for modules, params in self._mirrors:
             for theirs, mine in modules:
                 if mine.training != theirs.training:
@@ -1104,10 +1105,11 @@ class HeteroDataParallel:
             target_batch = _batch_size(targets)
             if target_batch != batch:
                 raise ValueError(f"the targets' batch size ({target_batch}) differs from the inputs' ({batch})")
-        if any(t.requires_grad for t in _tensor_leaves((inputs, targets))):
-            raise ValueError("HeteroDataParallel: an input or target tensor requires grad. Each shard runs its own "
-                             "backward, so gradients with respect to the batch, or through a graph that produced "
-                             "it, are not supported: pass detached tensors, or compute that part inside the module")
+        if any(t.requires_grad and t.grad_fn is not None for t in _tensor_leaves((inputs, targets))):
+            raise ValueError("HeteroDataParallel: an input or target tensor is the output of a graph that requires "
+                             "grad. Each shard runs its own backward, so a graph upstream of the batch would be "
+                             "walked once per shard: pass detached tensors (leaf tensors that require grad are "
+                             "fine), or compute that part inside the module")
         # The pool's threads run each shard under the caller's autocast (it is per thread).
         self._autocast = _autocast_state(d.type for d in self.devices)
         self._follow_master()
@@ -1282,6 +1284,8 @@ class HeteroDataParallel:
         Parameters and buffers are restored afterwards, also when a pass raises (and then no
         replica keeps a gradient of it); no optimizer step is taken."""
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
+        # The timed passes must not add into the gradient of a batch that requires grad.
+        inputs, targets = _map_tensors(inputs, torch.Tensor.detach), _map_tensors(targets, torch.Tensor.detach)
         calibrated = False
         try:
             # Calibration runs the batch several times on every device; a device that would
@@ -1364,7 +1368,8 @@ class HeteroDataParallel:
         # What _follow_master compares each step: the master's tensors (module.to() replaces
         # buffers, so after every move), and per other replica its modules and parameters
         # paired with the master's.
-        self._master_tensors = list(self.module.parameters()) + list(self.module.buffers())
+        self._master_params = list(self.module.parameters())
+        self._master_tensors = self._master_params + list(self.module.buffers())
         self._master_versions = []
         self._mirrors = [(list(zip(self.module.modules(), self.replicas[i].modules())),
                           list(zip(self.module.parameters(), self.replicas[i].parameters())))

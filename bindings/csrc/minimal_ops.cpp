@@ -8,6 +8,7 @@
 #include "fl_context.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
@@ -93,6 +94,10 @@ RawView without_bits(const at::Tensor& t) {
 }
 
 void copy_values(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
+  // ATen's copy_ checks these after it has handed fl copies to _copy_from: as on the CPU, a
+  // destination whose elements share memory, or operands that partly overlap, are refused.
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, src);
   if (!src.is_conj() && !src.is_neg() && !dst.is_conj() && !dst.is_neg()) {
     copy_between(dst, src, non_blocking);
     return;

@@ -290,3 +290,15 @@ def test_copies_between_two_plugins(tmp_path, cpu_host_accessible, template_host
     pinned = results.pop("pinned_cached_bytes")
     assert pinned == (4 << 20 if (cpu_host_accessible, template_host_accessible) == ("0", "1") else 0), pinned
     assert results and all(results.values()), results
+
+
+def test_overlapping_copies_are_refused_as_on_the_cpu():
+    y = torch.arange(6.0).to("fl:0")
+    with pytest.raises(RuntimeError, match="some elements of the input tensor and the written-to tensor"):
+        y[1:].copy_(y[:-1])  # partly the same memory: the result would depend on the copy's order
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        torch.zeros(1, device="fl:0").expand(3).copy_(torch.ones(3))
+    assert torch.equal(y.cpu(), torch.arange(6.0))  # nothing was written
+    y.copy_(y)  # the same memory entirely, and disjoint parts, stay allowed
+    y[:3].copy_(y[3:])
+    assert y.cpu().tolist() == [3.0, 4.0, 5.0, 3.0, 4.0, 5.0]

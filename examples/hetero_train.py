@@ -192,9 +192,9 @@ def main() -> None:
     # How far the verdict stands above the noise: each epoch of the pair against the fastest
     # device's window timed right after it (same steps, same conditions).
     best = max(alone, key=alone.get)
-    ratios = [p / a for p, a in zip(pair_epochs, alone_loops[best].windows)]
+    windows = alone_loops[best].windows
+    ratios = [p / a for p, a in zip(pair_epochs, windows)]
     if ratios:
-        windows = alone_loops[best].windows
         print(f"per epoch, pair / {best} alone in the window after it: median {statistics.median(ratios):.2f}, "
               f"range {min(ratios):.2f}-{max(ratios):.2f} over {len(ratios)} epochs, >= 1.0 in "
               f"{sum(r >= 1.0 for r in ratios)}; {best} alone's windows ranged {min(windows):.0f}-{max(windows):.0f} samples/s")

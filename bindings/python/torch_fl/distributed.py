@@ -285,8 +285,9 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def allgather(self, output_tensors: list[list[torch.Tensor]], input_tensors: list[torch.Tensor],
                   opts: Any = None) -> dist.Work:
-        _same_dtype("all_gather", [t for outs in output_tensors for t in outs], input_tensors)
-        native = self._native_for([t for outs in output_tensors for t in outs] + list(input_tensors))
+        outputs = [t for outs in output_tensors for t in outs]
+        _same_dtype("all_gather", outputs, input_tensors)
+        native = self._native_for(outputs + list(input_tensors))
         if native is not None:
             native.allgather(output_tensors, input_tensors)
             return _completed_work(output_tensors)
@@ -339,8 +340,9 @@ class FlProcessGroup(dist.ProcessGroup):
         """output[r] = reduce over ranks of input_list[r]; done as an all-reduce of the stacked
         inputs (Gloo's reduce_scatter does not take every dtype), keeping this rank's slice."""
         op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        _same_dtype("reduce_scatter", output_tensors, [t for ins in input_lists for t in ins])
-        native = self._native_for(list(output_tensors) + [t for ins in input_lists for t in ins])
+        inputs = [t for ins in input_lists for t in ins]
+        _same_dtype("reduce_scatter", output_tensors, inputs)
+        native = self._native_for(list(output_tensors) + inputs)
         if native is not None:
             native.reduce_scatter(output_tensors, input_lists, opts if opts is not None else dist.ReduceScatterOptions())
             return _completed_work(output_tensors)
@@ -463,12 +465,12 @@ class FlProcessGroup(dist.ProcessGroup):
             raise ValueError(f"flccl all_to_all: {len(input_tensors)} inputs and {len(output_tensors)} outputs, "
                              f"expected one per rank ({self._size})")
         _same_dtype("all_to_all", output_tensors, input_tensors)
+        out_sizes = [t.numel() for t in output_tensors]
         host_in = torch.cat([_host_copy(t).reshape(-1) for t in input_tensors])
-        host_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=host_in.dtype)
-        self._gloo.alltoall_base(host_out, host_in, [t.numel() for t in output_tensors],
-                                 [t.numel() for t in input_tensors]).wait()
+        host_out = torch.empty(sum(out_sizes), dtype=host_in.dtype)
+        self._gloo.alltoall_base(host_out, host_in, out_sizes, [t.numel() for t in input_tensors]).wait()
         with torch.no_grad():
-            for t, part in zip(output_tensors, host_out.split([t.numel() for t in output_tensors])):
+            for t, part in zip(output_tensors, host_out.split(out_sizes)):
                 t.copy_(part.view(t.shape))
         return _completed_work(output_tensors)
 

@@ -46,21 +46,13 @@ def _parse_fl_devices(devices: Union[int, str, list[int], tuple[int, ...], None]
     count = torch.fl.device_count()
     if devices is None or devices == "auto":
         return list(range(count))
-    if isinstance(devices, str):
-        text = devices.strip()
-        if text == "-1":
-            return list(range(count))
-        if "," in text:
-            indices = [int(p) for p in text.split(",") if p.strip()]
-        else:
-            n = int(text)
-            if n < -1:
-                raise ValueError(f"devices={devices!r}: a count must be -1 (all) or >= 0")
-            indices = list(range(n)) if n >= 0 else list(range(count))
-    elif isinstance(devices, int):
-        if devices < -1:
+    if isinstance(devices, str) and "," in devices:
+        indices = [int(p) for p in devices.split(",") if p.strip()]
+    elif isinstance(devices, (int, str)):  # a count: "2" as 2
+        n = int(devices)
+        if n < -1:
             raise ValueError(f"devices={devices!r}: a count must be -1 (all) or >= 0")
-        indices = list(range(count)) if devices == -1 else list(range(devices))
+        indices = list(range(count)) if n == -1 else list(range(n))
     else:
         indices = [int(i) for i in devices]
     if not indices:

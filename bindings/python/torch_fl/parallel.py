@@ -1163,7 +1163,7 @@ class HeteroDataParallel:
                 # Replicas send their gradients from their own threads onto the stream this
                 # thread reduces on (an fl master; others are reduced here as before).
                 ship_on = torch.fl.current_stream(self.reduce_device.index) if self.reduce_device.type == "fl" else None
-                self._trainable = [k for k, p in enumerate(self.module.parameters()) if p.requires_grad]
+                self._trainable = [k for k, p in enumerate(self._master_params) if p.requires_grad]
                 # Replicas ship once the master's shard is queued (_queue_timed_shard sets it).
                 (self._master_queued.clear if timed is not None else self._master_queued.set)()
                 futures, results = {}, {}
@@ -1255,7 +1255,7 @@ class HeteroDataParallel:
         replica; no flattening, which would need `cat`."""
         if len(active) == 1 and self.replicas[active[0]] is self.module:
             return  # the master alone computed the whole batch: its gradients are the result
-        params = list(self.module.parameters())
+        params = self._master_params
         ks = self._trainable  # taken by train_step for this step, as the shipped gradients were
         # The master's own gradients (when it computed a shard) are the sums' start, in place.
         master_ran = self._master_index in active
@@ -1372,17 +1372,17 @@ class HeteroDataParallel:
         # None when the reduction device is not one of the training devices.
         self._master_index = next((i for i, r in enumerate(self.replicas) if r is self.module), None)
         self._non_master = tuple(i for i, r in enumerate(self.replicas) if r is not self.module)
-        # What _follow_master compares each step: the master's tensors (module.to() replaces
-        # buffers, so after every move), and per other replica its modules and parameters
-        # paired with the master's.
+        # Listed once per master (module.to() replaces buffers, so after every move): the
+        # master's parameters (also read by every split step) and tensors, and per other
+        # replica its modules and parameters paired with the master's (_follow_master).
         self._master_params = list(self.module.parameters())
         self._master_modules = list(self.module.modules())
         self._seen_flags: list[bool] | None = None  # the flags the replicas last took (None: walk)
         self._seen_modes: list[bool] | None = None
         self._master_tensors = self._master_params + list(self.module.buffers())
         self._master_versions = []
-        self._mirrors = [(list(zip(self.module.modules(), self.replicas[i].modules())),
-                          list(zip(self.module.parameters(), self.replicas[i].parameters())))
+        self._mirrors = [(list(zip(self._master_modules, self.replicas[i].modules())),
+                          list(zip(self._master_params, self.replicas[i].parameters())))
                          for i in self._non_master]
         plugin = _plugin_of(self.reduce_device)
         self._push_after_step = tuple(i for i in self._non_master

@@ -103,7 +103,8 @@ summed in the parameters' dtype: use float32 parameters (mixed
 precision) if the split must not change results beyond half-precision rounding.
 
 Not done: buffers (BatchNorm running statistics) are those the master computed on its own
-shard, as in torch.nn.DataParallel; random state (dropout) differs per device; no gradient
+shard, as in torch.nn.DataParallel (on a step that leaves the master out, those of the device
+that computed the largest shard); random state (dropout) differs per device; no gradient
 bucketing/overlap of communication with backward (the reduction starts after every replica's
 backward ends, parameter by parameter); inputs are split on dim 0 only; one process, so
 every device's Python dispatch shares one interpreter (launch-bound models do not scale).
@@ -1183,6 +1184,8 @@ class HeteroDataParallel:
                 results.update({i: f.result() for i, f in futures.items()})
                 joined = time.perf_counter()
                 self._reduce_gradients(active)
+                if self._master_index not in active:
+                    self._take_buffers(max(active, key=lambda i: sizes[i]))
                 reduced = time.perf_counter()
 
             self.optimizer.step()
@@ -1246,6 +1249,17 @@ class HeteroDataParallel:
         re-balance sees a fresh measurement of it) when the split is measured."""
         return (self.fixed_split is None and self.rebalance_every > 0
                 and (self.steps + 1) % self.rebalance_every == 0)
+
+    @torch.no_grad()
+    def _take_buffers(self, index: int) -> None:
+        """The master computed no shard this step: its buffers (BatchNorm statistics) take those
+        of replica `index`, which computed the largest shard, so that they follow the training
+        as on a step the master computes (else they never moved while the split left the master
+        out, and evaluation ran on the initial statistics). The replica's thread has waited for
+        its device, so its buffers are final."""
+        ours = self._master_tensors[len(self._master_params):]
+        for target, source in zip(ours, self.replicas[index].buffers()):
+            target.copy_(source)
 
     @torch.no_grad()
     def _reduce_gradients(self, active: Sequence[int]) -> None:

@@ -162,11 +162,9 @@ def test_a_calibration_that_raises_leaves_the_model_as_it_was():
         assert all(p.grad is None for r in hdp.replicas for p in r.parameters())
         hdp.assert_replicas_identical()
         hdp.train_step(x, y, flaky_loss)  # calibrates again, then one step
-        # The master's statistics count its own shards only (as nn.DataParallel's), and none
-        # of calibration's timed passes. The measured split may give the master no rows (two
-        # CPU-plugin devices on a busy host time within noise of each other).
-        master_rows = hdp._shards_for[len(x)][hdp._master_index]
-        assert int(hdp.module[1].num_batches_tracked) == (1 if master_rows > 0 else 0)
+        # One step counted, none of calibration's timed passes. (The measured split may give
+        # the master no rows on a busy host; its statistics then come from fl:1's shard.)
+        assert int(hdp.module[1].num_batches_tracked) == 1
     finally:
         hdp.close()
 

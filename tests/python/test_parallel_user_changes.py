@@ -270,3 +270,23 @@ def test_batch_norm_statistics_follow_steps_that_leave_the_master_out():
         hdp.assert_replicas_identical()
     finally:
         hdp.close()
+
+
+@pytest.mark.parametrize("split", [[16, 1], None])
+def test_a_one_row_shard_is_folded_into_the_largest_when_the_model_has_batch_norm(split):
+    # Batch norm in training refuses one row ("Expected more than 1 value per channel"); a
+    # measured split hands a device one row when a granularity's last piece is 1 (planned
+    # here as [32, 1], as the balancer can for a batch of 33).
+    x = torch.randn(17 if split else 33, 6, dtype=torch.float64)
+    y = torch.randint(0, 3, (len(x),))
+    for model, folded in ((_bn_model(), True), (_mlp(), False)):
+        hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", split=split,
+                                 calibration_reps=1)
+        try:
+            if split is None:
+                hdp.calibrate(x, y, F.cross_entropy)
+                hdp.balancer.plan = lambda batch, granularity, count=True: [batch - 1, 1]
+            hdp.train_step(x, y, F.cross_entropy)
+            assert hdp.last_shards == ([len(x), 0] if folded else [len(x) - 1, 1])
+        finally:
+            hdp.close()

@@ -1060,7 +1060,7 @@ class HeteroDataParallel:
             order = sorted(range(len(sizes)), key=lambda i: -self.fixed_split[i])
             for k in range(batch_size - sum(sizes)):
                 sizes[order[k % len(order)]] += 1
-            return sizes
+            return self._fold_small_shards(sizes)
         due = self.rebalance_every > 0 and self.steps % self.rebalance_every == 0
         if self._rerun is not None and self._rerun[0] == batch_size:
             sizes, self._rerun = self._rerun[1], None
@@ -1081,8 +1081,23 @@ class HeteroDataParallel:
                 warm = self._warm_split.get((batch_size, self._device_set(sizes)))
                 if warm is not None and self._cold_shards(sizes):
                     sizes = list(warm)
-            self._shards_for[batch_size] = sizes
+            self._shards_for[batch_size] = self._fold_small_shards(sizes)
         return self._shards_for[batch_size]
+
+    def _fold_small_shards(self, sizes: list[int]) -> list[int]:
+        """Moves a shard smaller than the module can train on into the largest one: batch norm
+        in training needs more than one value per channel, so a split that hands a device one
+        row (an epoch's short last batch, or a granularity's last piece) failed with BatchNorm's
+        "Expected more than 1 value per channel"."""
+        if self._min_shard_rows <= 1:
+            return sizes
+        sizes = list(sizes)
+        for i in sorted(range(len(sizes)), key=lambda k: sizes[k]):
+            if 0 < sizes[i] < self._min_shard_rows and sum(n > 0 for n in sizes) > 1:
+                largest = max((k for k in range(len(sizes)) if k != i), key=lambda k: sizes[k])
+                sizes[largest] += sizes[i]
+                sizes[i] = 0
+        return sizes
 
     @staticmethod
     def _device_set(sizes: Sequence[int]) -> tuple[int, ...]:
@@ -1391,6 +1406,9 @@ class HeteroDataParallel:
         # replica its modules and parameters paired with the master's (_follow_master).
         self._master_params = list(self.module.parameters())
         self._master_modules = list(self.module.modules())
+        # Batch norm in training needs two rows of a shard (of 2-d inputs; _fold_small_shards).
+        self._min_shard_rows = 2 if any(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                                        for m in self._master_modules) else 1
         self._seen_flags: list[bool] | None = None  # the flags the replicas last took (None: walk)
         self._seen_modes: list[bool] | None = None
         self._master_tensors = self._master_params + list(self.module.buffers())

@@ -65,6 +65,14 @@ def check_collectives(rank: int, world: int, dev: torch.device) -> None:
     t = torch.full((4,), 0.5 * (rank + 1), dtype=torch.bfloat16, device=dev)
     dist.all_reduce(t)
     check("all_reduce bfloat16", t, torch.full((4,), 0.5 * float(ranks.sum()), dtype=torch.bfloat16))
+    # float16 AVG of values whose float16 sum overflows (65504) but whose mean does not.
+    t = torch.full((4,), 40000.0 + 32 * rank, dtype=torch.float16, device=dev)  # 32: float16's step there
+    dist.all_reduce(t, op=dist.ReduceOp.AVG)
+    check("all_reduce AVG float16", t, torch.full((4,), 40000.0 + 16 * (world - 1), dtype=torch.float16))
+    t = torch.full((2 * world,), 40000.0, dtype=torch.float16, device=dev)
+    out = torch.empty(2, dtype=torch.float16, device=dev)
+    dist.reduce_scatter_tensor(out, t, op=dist.ReduceOp.AVG)
+    check("reduce_scatter_tensor AVG float16", out, torch.full((2,), 40000.0, dtype=torch.float16))
 
     t = torch.full((2, 3), float(10 * rank), device=dev)
     dist.broadcast(t, src=world - 1)

@@ -33,7 +33,8 @@ The two routes differ where their engines do:
 - Gloo route: ReduceOp.PREMUL_SUM and the bitwise ops on fl tensors raise
   NotImplementedError; AVG is SUM followed by a division by the group size (floor division
   for integer tensors); bfloat16 is reduced in float32 on the host (Gloo has no bfloat16 sum)
-  and rounded once to bfloat16 at the end, at least as accurate as a bfloat16 ring.
+  and rounded once to bfloat16 at the end, at least as accurate as a bfloat16 ring; so is
+  float16 under AVG (its float16 sum would overflow at 65504 where the mean does not).
 - NCCL route: NCCL's own semantics, as for cuda tensors: PREMUL_SUM works, the bitwise ops
   fail with NCCL's error, bfloat16 is summed in bfloat16 along the ring, integer AVG is
   NCCL's (sum, then truncating division).
@@ -84,9 +85,17 @@ def _op_name(op: Any) -> str:
     return str(op)
 
 
-def _host_copy(t: torch.Tensor) -> torch.Tensor:
-    """A new contiguous host tensor with t's values (bfloat16 widened to float32)."""
-    return t.detach().to("cpu", torch.float32 if t.dtype == torch.bfloat16 else t.dtype,
+def _widened(dtype: torch.dtype, widen_half: bool = False) -> bool:
+    """Whether host staging reduces `dtype` in float32: bfloat16 always (Gloo has no bfloat16
+    sum), float16 when asked (an AVG: a float16 sum overflows at 65504 where the mean does not;
+    NCCL's AVG premultiplies and does not overflow either)."""
+    return dtype == torch.bfloat16 or (widen_half and dtype == torch.float16)
+
+
+def _host_copy(t: torch.Tensor, widen_half: bool = False) -> torch.Tensor:
+    """A new contiguous host tensor with t's values (bfloat16, and float16 if `widen_half`,
+    widened to float32)."""
+    return t.detach().to("cpu", torch.float32 if _widened(t.dtype, widen_half) else t.dtype,
                          copy=True).contiguous()
 
 
@@ -96,11 +105,11 @@ class _Staged:
     def __init__(self) -> None:
         self._back: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def host(self, t: torch.Tensor, written: bool) -> torch.Tensor:
+    def host(self, t: torch.Tensor, written: bool, widen_half: bool = False) -> torch.Tensor:
         """A contiguous host tensor with t's values; if `written`, copied back by finish()."""
-        if t.device.type == "cpu" and t.is_contiguous() and t.dtype != torch.bfloat16:
+        if t.device.type == "cpu" and t.is_contiguous() and not _widened(t.dtype, widen_half):
             return t
-        staged = _host_copy(t)
+        staged = _host_copy(t, widen_half)
         if written:
             self._back.append((t, staged))
         return staged
@@ -252,7 +261,8 @@ class FlProcessGroup(dist.ProcessGroup):
             native.allreduce(tensors, opts)
             return _completed_work(tensors)
         stage = _Staged()
-        host = [stage.host(t, written=True) for t in tensors]
+        avg = _op_name(opts.reduceOp) == "AVG"
+        host = [stage.host(t, written=True, widen_half=avg) for t in tensors]
         gopts = dist.AllreduceOptions()
         gopts.reduceOp = self._gloo_op(opts.reduceOp, tensors[0].dtype)
         self._gloo.allreduce(host, gopts).wait()
@@ -391,7 +401,8 @@ class FlProcessGroup(dist.ProcessGroup):
             native.reduce(tensors, opts)
             return _completed_work(tensors)
         stage = _Staged()
-        host = [stage.host(t, written=True) for t in tensors]
+        avg = _op_name(opts.reduceOp) == "AVG"
+        host = [stage.host(t, written=True, widen_half=avg) for t in tensors]
         gopts = dist.ReduceOptions()
         gopts.reduceOp = self._gloo_op(opts.reduceOp, tensors[0].dtype)
         gopts.rootRank = opts.rootRank

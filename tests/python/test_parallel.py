@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import copy
+import dataclasses
 import io
 import time
 import warnings
@@ -665,6 +666,57 @@ def test_batch_containers_of_any_subclass_are_split_and_moved():
     assert type(moved["extra"]) is Fields and moved["tag"] == "a"
     assert moved["extra"]["w"].device == moved["temperature"].device == torch.device("fl:1")
     assert torch.equal(moved["extra"]["w"].cpu(), torch.arange(15.0, 20.0))
+
+
+@dataclasses.dataclass
+class _Sample:
+    features: torch.Tensor
+    mask: torch.Tensor
+    scale: float = 0.5
+    rows: int = dataclasses.field(init=False)  # derived: __post_init__ computes it per shard
+
+    def __post_init__(self):
+        self.rows = len(self.features)
+
+
+def test_a_dataclass_batch_is_split_along_its_fields_and_equals_the_big_batch():
+    """A dataclass (a common batch type, taken whole by torch.utils._pytree) is split field by
+    field and rebuilt with its constructor, so derived fields follow the shard."""
+    from torch_fl.parallel import _split_batch
+
+    first, second = _split_batch(_Sample(torch.arange(20.0).view(10, 2), torch.ones(10, 1)), [7, 3])
+    assert type(first) is _Sample and (first.rows, second.rows) == (7, 3) and second.scale == 0.5
+    assert torch.equal(second.features, torch.arange(14.0, 20.0).view(3, 2))
+
+    class Model(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = _model(torch.float64)
+
+        def forward(self, sample: _Sample) -> torch.Tensor:
+            assert isinstance(sample, _Sample) and sample.rows == len(sample.mask)
+            return self.net(sample.features * sample.mask * sample.scale)
+
+    xs, ys = _data(torch.float64, steps=3, batch=40)
+    g = torch.Generator().manual_seed(7)
+    masks = [(torch.rand(40, 1, generator=g) > 0.2).double() for _ in xs]
+    torch.manual_seed(0)
+    reference = Model().to("fl:0")
+    opt = _optimizer(reference.parameters())
+    for x, m, y in zip(xs, masks, ys):
+        opt.zero_grad()
+        F.cross_entropy(reference(_Sample(x.to("fl:0"), m.to("fl:0"))), y.to("fl:0")).backward()
+        opt.step()
+    torch.manual_seed(0)
+    hdp = HeteroDataParallel(Model(), ["fl:0", "fl:1"], _optimizer, split=[3, 1])
+    try:
+        for x, m, y in zip(xs, masks, ys):
+            hdp.train_step(_Sample(x, m), y, F.cross_entropy)
+        assert hdp.last_shards == [30, 10]
+        for got, want in zip(hdp.module.parameters(), reference.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
 
 
 @pytest.mark.parametrize("split", [None, [1, 1]], ids=["measured", "fixed"])

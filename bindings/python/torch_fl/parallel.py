@@ -115,6 +115,7 @@ import collections
 import concurrent.futures
 import contextlib
 import copy
+import dataclasses
 import math
 import threading
 import time
@@ -610,12 +611,15 @@ class ThroughputBalancer:
 
 def _items(value: Any) -> list[Any] | None:
     """The elements of a container in a batch, in order: a mapping's values, a list's or a
-    tuple's elements (subclasses and namedtuples included); None for anything else, a leaf.
-    torch.utils._pytree is not used: it treats a subclass of dict or list as a leaf."""
+    tuple's elements (subclasses and namedtuples included), a dataclass instance's fields
+    (those its constructor takes); None for anything else, a leaf. torch.utils._pytree is
+    not used: it treats a subclass of dict or list, and a dataclass, as a leaf."""
     if isinstance(value, Mapping):
         return list(value.values())
     if isinstance(value, (list, tuple)):
         return list(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [getattr(value, f.name) for f in dataclasses.fields(value) if f.init]
     return None
 
 
@@ -634,6 +638,9 @@ def _rebuild(value: Any, items: list[Any]) -> Any:
             return plain
     if isinstance(value, tuple) and hasattr(type(value), "_fields"):  # a namedtuple
         return type(value)(*items)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        names = [f.name for f in dataclasses.fields(value) if f.init]
+        return dataclasses.replace(value, **dict(zip(names, items)))
     base = tuple if isinstance(value, tuple) else list
     if type(value) is base:
         return base(items)
@@ -1118,7 +1125,7 @@ class HeteroDataParallel:
         over its shard. Returns the batch's mean loss (Σ n_i/N · loss_i).
 
         `inputs` and `targets` are tensors or nests of them (tuples, lists, mappings,
-        namedtuples, and their subclasses); every tensor in them is split along dim 0 and
+        namedtuples, and their subclasses; dataclass instances); every tensor in them is split along dim 0 and
         must have the batch's size there, 0-dimensional tensors and other leaves go to every
         shard as they are (`targets` may be None). A plain tuple of inputs is the module's positional
         arguments, a dict its keyword arguments, anything else one argument."""

@@ -290,3 +290,135 @@ def test_a_one_row_shard_is_folded_into_the_largest_when_the_model_has_batch_nor
             assert hdp.last_shards == ([len(x), 0] if folded else [len(x) - 1, 1])
         finally:
             hdp.close()
+
+
+@pytest.mark.parametrize("split,reduce_device", [([3, 1], "fl:0"), ([0, 1], "fl:0"), ([3, 1], "cpu")])
+def test_a_loss_that_reads_the_master_parameters_gets_their_whole_gradient(split, reduce_device):
+    # A regulariser over hdp.module: each shard's backward adds its part into the master's
+    # gradients, from its own thread. On a step the master sat out (or a master on another
+    # device than the shards') the reduction had replaced them: the regulariser's gradient,
+    # 0.38 here, was lost.
+    (x, y), = _batches(1)
+
+    def loss_reading(model):
+        return lambda out, t: F.cross_entropy(out, t) + 0.5 * model[0].weight.to(out.device).pow(2).sum()
+
+    reference = _mlp().to("fl:0")
+    loss_reading(reference)(reference(x.to("fl:0")), y.to("fl:0")).backward()
+    hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], _sgd, reduce_device=reduce_device, split=split)
+    try:
+        for step in range(2):  # the second step starts from cleared gradients, not the first's
+            hdp.train_step(x, y, loss_reading(hdp.module))
+            got = [p.grad.cpu() for p in hdp.module.parameters()]
+            want = [p.grad.cpu() for p in reference.parameters()]
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, rtol=0, atol=1e-12)
+            hdp.broadcast()  # lr 0.1 moved the master: make the reference's step too
+            with torch.no_grad():
+                for p, q in zip(reference.parameters(), hdp.module.parameters()):
+                    p.copy_(q)
+            reference.zero_grad()
+            loss_reading(reference)(reference(x.to("fl:0")), y.to("fl:0")).backward()
+    finally:
+        hdp.close()
+
+
+def test_before_step_sees_the_whole_batch_gradient_and_can_clip_it():
+    batches = _batches(3)
+    reference = _mlp().to("fl:0")
+    optimizer = _sgd(reference.parameters())
+    for x, y in batches:
+        optimizer.zero_grad()
+        F.cross_entropy(reference(x.to("fl:0")), y.to("fl:0")).backward()
+        nn.utils.clip_grad_norm_(reference.parameters(), 0.05)
+        optimizer.step()
+    unclipped = _mlp()
+    hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", split=[3, 1])
+    norms = []
+    try:
+        for x, y in batches:
+            hdp.train_step(x, y, F.cross_entropy,
+                           before_step=lambda m: norms.append(float(nn.utils.clip_grad_norm_(m.parameters(), 0.05))))
+        assert len(norms) == 3 and all(n > 0.05 for n in norms)  # clipping did something
+        for got, want, before in zip(hdp.module.parameters(), reference.parameters(), unclipped.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=0, atol=1e-12)
+        assert not all(torch.equal(p.detach().cpu(), q) for p, q in
+                       zip(hdp.module.parameters(), [q.detach() for q in unclipped.parameters()]))
+    finally:
+        hdp.close()
+
+
+def test_an_optimizer_factory_that_walks_the_parameters_twice_gets_them_both_times():
+    # The usual decay / no-decay grouping: a generator's second walk was empty, so the biases
+    # were in no group and never trained.
+    def grouped(params):
+        return torch.optim.AdamW([{"params": [p for p in params if p.ndim >= 2], "weight_decay": 0.1},
+                                  {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}], lr=0.1)
+
+    hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], grouped, split=[1, 1])
+    try:
+        assert [len(g["params"]) for g in hdp.optimizer.param_groups] == [2, 2]
+    finally:
+        hdp.close()
+
+
+def test_optimizers_that_need_a_closure_and_modules_that_cannot_be_copied_are_refused():
+    with pytest.raises(TypeError, match=r"LBFGS.step\(\) needs a closure"):
+        HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], lambda p: torch.optim.LBFGS(p), split=[1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # weight_norm's deprecation
+        old_style = nn.Sequential(nn.utils.weight_norm(nn.Linear(6, 3)))
+        with pytest.raises(TypeError, match="parametrizations.weight_norm instead"):
+            HeteroDataParallel(old_style, ["fl:0", "fl:1"], _sgd, split=[1, 1])
+
+
+def test_an_empty_batch_is_refused_before_anything_changes():
+    hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], _sgd)
+    try:
+        with pytest.raises(ValueError, match="the batch has 0 rows"):
+            hdp.train_step(torch.zeros(0, 6, dtype=torch.float64), torch.zeros(0, dtype=torch.long),
+                           F.cross_entropy)
+        assert hdp.steps == 0 and not hdp.balancer.calibrated
+    finally:
+        hdp.close()
+
+
+def test_a_small_first_batch_calibrates_a_batch_norm_model():
+    # Calibration timed a quarter of the batch: one row of a 4-row batch, which batch norm
+    # refuses in training.
+    x, y = _batches(1, batch=4)[0]
+    hdp = HeteroDataParallel(_bn_model(), ["fl:0", "fl:1"], _sgd, calibration_reps=1)
+    try:
+        hdp.train_step(x, y, F.cross_entropy)
+        assert hdp.balancer.calibrated and 0 not in {n for n, _ in hdp.calibration_points["fl:0"]}
+        assert min(n for n, _ in hdp.calibration_points["fl:0"]) == 2
+    finally:
+        hdp.close()
+
+
+class _Counting(nn.Module):
+    """Counts its training rows in a buffer that its forward replaces (not in place)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = nn.Linear(6, 3).double()
+        self.register_buffer("seen", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x):
+        if self.training:
+            self.seen = self.seen + x.shape[0]
+        return self.linear(x)
+
+
+def test_a_buffer_the_forward_replaces_follows_steps_that_leave_the_master_out():
+    (x, y), = _batches(1)
+    hdp = HeteroDataParallel(_Counting(), ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", split=[1, 3])
+    try:
+        seen = []
+        for rows in (4, 1, 1):  # [1, 3], then [0, 1] twice: the master sits out
+            hdp.train_step(x[:rows], y[:rows], F.cross_entropy)
+            seen.append((list(hdp.last_shards), float(hdp.module.seen)))
+        assert seen == [([1, 3], 1.0), ([0, 1], 2.0), ([0, 1], 3.0)]
+    finally:
+        hdp.close()

@@ -116,6 +116,7 @@ import concurrent.futures
 import contextlib
 import copy
 import dataclasses
+import inspect
 import math
 import threading
 import time
@@ -738,6 +739,19 @@ def _batch_size(value: Any) -> int:
     return size
 
 
+def _refuse_closure_optimizer(optimizer: torch.optim.Optimizer) -> None:
+    """train_step calls `optimizer.step()` with no argument, once per batch: an optimizer whose
+    step needs a closure (LBFGS re-evaluates the loss in it) would fail after the backward."""
+    try:
+        closure = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):  # no signature to read: let it run
+        return
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        raise TypeError(f"HeteroDataParallel: {type(optimizer).__name__}.step() needs a closure (it evaluates "
+                        "the loss again), and train_step runs one forward and backward per batch; use an "
+                        "optimizer whose step takes no closure")
+
+
 def _plugin_of(device: torch.device) -> str | None:
     """The plugin behind an fl device (None for other device types)."""
     return torch.fl.get_device_properties(device)["plugin"] if device.type == "fl" else None
@@ -789,7 +803,10 @@ class HeteroDataParallel:
     The master copy is `hdp.module`. Before each step the replicas take its train/eval modes
     and requires_grad flags, and pull its tensors again when one was written in place since
     they last received them (e.g. weight clipping under torch.no_grad()); a write through
-    `.data` bumps no version counter, so call `broadcast()` after one. Each shard runs under
+    `.data` bumps no version counter, so call `broadcast()` after one. Changes of structure
+    after wrapping are not followed (new or replaced submodules, parameters or buffers, hooks,
+    parametrizations): the replicas are copies made here, so build a new HeteroDataParallel
+    after one (DistributedDataParallel asks the same). Each shard runs under
     the caller's autocast. A leaf batch tensor that requires grad gets the big batch's
     gradient; one produced by a graph that requires grad is refused.
 
@@ -854,13 +871,25 @@ class HeteroDataParallel:
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
-        copies = {d: copy.deepcopy(module) for d in self.devices if d != self.reduce_device}
+        try:
+            copies = {d: copy.deepcopy(module) for d in self.devices if d != self.reduce_device}
+        except RuntimeError as error:
+            if "deepcopy protocol" not in str(error):
+                raise
+            # torch.nn.utils.weight_norm (the old hook) keeps a computed weight that cannot be
+            # copied; its parametrization can.
+            raise TypeError("HeteroDataParallel copies the module to each device, and this module cannot be "
+                            f"deep-copied ({error}). A module using torch.nn.utils.weight_norm can use "
+                            "torch.nn.utils.parametrizations.weight_norm instead") from error
         self.module = module.to(self.reduce_device)
         self.replicas: list[nn.Module] = []
         for d in self.devices:
             self.replicas.append(self.module if d == self.reduce_device else copies[d].to(d))
         self._note_master()
-        self.optimizer = optimizer(self.module.parameters())
+        # A list, not the generator: an optimizer factory that groups the parameters (decay and
+        # no decay) walks them twice, and a generator's second walk is empty.
+        self.optimizer = optimizer(list(self.module.parameters()))
+        _refuse_closure_optimizer(self.optimizer)
         self._pool = ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="hetero-dp")
         self.broadcast()
 
@@ -974,8 +1003,9 @@ class HeteroDataParallel:
             self._copy_from_master(index, side_stream=True)
         in_place = self._in_place_from_host[index]
         x, y = _to(inputs, device, in_place), _to(targets, device, in_place)
-        for p in replica.parameters():
-            p.grad = None
+        if replica is not self.module:  # the master's are cleared before any shard starts
+            for p in replica.parameters():
+                p.grad = None
         loss = loss_fn(_call(replica, x), y)
         (loss * weight if weight != 1.0 else loss).backward()
         if in_place and any(t._version != 0 for t in _tensor_leaves((x, y)) if t.device == device):
@@ -1120,9 +1150,21 @@ class HeteroDataParallel:
             return max(int(self.granularity), 1)
         return 1 << max((batch_size // 16).bit_length() - 1, 0)
 
-    def train_step(self, inputs: Any, targets: Any, loss_fn: Callable[[Any, Any], torch.Tensor]) -> float:
+    def train_step(self, inputs: Any, targets: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
+                   before_step: Callable[[nn.Module], Any] | None = None) -> float:
         """One optimizer step on a batch; `loss_fn(output, target)` must return the mean loss
-        over its shard. Returns the batch's mean loss (Σ n_i/N · loss_i).
+        over its shard's rows. Returns the batch's mean loss (Σ n_i/N · loss_i).
+
+        A loss normalised otherwise differs from the big batch's: cross_entropy with
+        `ignore_index` or class `weight` divides by the shard's own count or weight sum (as
+        would the shards of DistributedDataParallel; nn.DataParallel computes the loss on the
+        gathered output). For those, return the shard's sum divided by a normaliser of the whole
+        batch, computed by the caller. A loss may also read the master's parameters (a
+        regulariser over `hdp.module`): their gradients add up over the shards.
+
+        `before_step(module)`, when given, runs once the gradients of the whole batch are on
+        the master (`module`, whose `.grad`s they are) and before `optimizer.step()`: the place
+        for `torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)`, or to read them.
 
         `inputs` and `targets` are tensors or nests of them (tuples, lists, mappings,
         namedtuples, and their subclasses; dataclass instances); every tensor in them is split along dim 0 and
@@ -1131,6 +1173,9 @@ class HeteroDataParallel:
         arguments, a dict its keyword arguments, anything else one argument."""
         self._check_open()
         batch = _batch_size(inputs)
+        if batch == 0:
+            raise ValueError("HeteroDataParallel: the batch has 0 rows (a split step needs at least one); "
+                             "skip empty batches")
         if any(t.dim() > 0 for t in _tensor_leaves(targets)):
             target_batch = _batch_size(targets)
             if target_batch != batch:
@@ -1145,6 +1190,8 @@ class HeteroDataParallel:
         self._follow_master()
         if self.fixed_split is None and not self.balancer.calibrated:
             self.calibrate(inputs, targets, loss_fn)
+        # Before any shard starts (a replica's loss may add into them; see _reduce_gradients).
+        self._clear_master_grads()
         sizes = self._shard_sizes(batch)
         active = self._device_set(sizes)
         if len(active) == 1:
@@ -1210,6 +1257,8 @@ class HeteroDataParallel:
                     self._take_buffers(max(active, key=lambda i: sizes[i]))
                 reduced = time.perf_counter()
 
+            if before_step is not None:
+                before_step(self.module)
             self.optimizer.step()
             stepped = time.perf_counter()
             # A replica that computed this step and shares the master's plugin receives the
@@ -1279,13 +1328,13 @@ class HeteroDataParallel:
         as on a step the master computes (else they never moved while the split left the master
         out, and evaluation ran on the initial statistics). The replica's thread has waited for
         its device, so its buffers are final."""
-        ours = self._master_tensors[len(self._master_params):]
-        for target, source in zip(ours, self.replicas[index].buffers()):
+        # Listed afresh: a forward may have replaced a buffer (self.n = self.n + 1).
+        for target, source in zip(self.module.buffers(), self.replicas[index].buffers()):
             target.copy_(source)
 
     @torch.no_grad()
     def _reduce_gradients(self, active: Sequence[int]) -> None:
-        """master.grad = Σ_i replica_i.grad over the devices that computed a shard; each shard's
+        """master.grad += Σ_i replica_i.grad over the devices that computed a shard; each shard's
         gradients already carry its weight n_i/N (its loss was scaled before backward). Every
         gradient is copied once to the reduction device and added with one foreach call per
         replica; no flattening, which would need `cat`."""
@@ -1294,8 +1343,10 @@ class HeteroDataParallel:
         params = self._master_params
         ks = self._trainable  # taken by train_step for this step, as the shipped gradients were
         # The master's own gradients (when it computed a shard) are the sums' start, in place.
-        master_ran = self._master_index in active
-        totals: list[torch.Tensor | None] = [params[k].grad if master_ran else None for k in ks]
+        # The master's gradients are the sums' start, in place: its own shard's when it computed
+        # one, and what a loss that reads the master's parameters (a regulariser) added from
+        # any shard; None where there is neither (cleared before the step's shards started).
+        totals: list[torch.Tensor | None] = [params[k].grad for k in ks]
         queued = self.reduce_device.type != "cpu"
         for i in active:
             if self.replicas[i] is self.module:
@@ -1341,7 +1392,8 @@ class HeteroDataParallel:
             aliases = [self._in_place_from_host[i] or d.type == "cpu" for i, d in enumerate(self.devices)]
             copies = (_host_copy(inputs), _host_copy(targets)) if any(aliases) else None
             batch = _batch_size(inputs)
-            sizes = sorted({batch, max(batch // 4, 1)})
+            # A quarter of the batch, but rows enough for batch norm (_fold_small_shards).
+            sizes = sorted({batch, min(batch, max(batch // 4, self._min_shard_rows))})
             points_by_device = []
             for i, device in enumerate(self.devices):
                 points = []
@@ -1349,8 +1401,10 @@ class HeteroDataParallel:
                 for n in sizes:
                     x = _split_batch(xs, [n, batch - n])[0] if n < batch else xs
                     y = _split_batch(ys, [n, batch - n])[0] if n < batch else ys
+                    self._clear_master_grads()  # each pass writes fresh gradients, as in a step
                     self._run_shard(i, x, y, loss_fn)  # warm-up: caches, allocator, lazy init
                     for _ in range(self.calibration_reps):
+                        self._clear_master_grads()
                         points.append((n, self._run_shard(i, x, y, loss_fn)[1]))
                 points_by_device.append(points)
                 self._warm.update((i, n) for n in sizes)
@@ -1370,6 +1424,7 @@ class HeteroDataParallel:
                     for p in replica.parameters():
                         p.grad = None
                 self.broadcast()
+            self._clear_master_grads()  # also of a loss reading the master's parameters
         self.calibration_points = {str(d): list(points) for d, points in zip(self.devices, points_by_device)}
         for i, points in enumerate(points_by_device):
             self.balancer.calibrate(i, points, self._time_transfer(i))
@@ -1492,6 +1547,10 @@ class HeteroDataParallel:
         training steps raise."""
         self._closed = True
         self._pool.shutdown(wait=True)
+
+    def _clear_master_grads(self) -> None:
+        for p in self._master_params:
+            p.grad = None
 
     def _check_open(self) -> None:
         if self._closed:

@@ -422,3 +422,56 @@ def test_a_buffer_the_forward_replaces_follows_steps_that_leave_the_master_out()
         assert seen == [([1, 3], 1.0), ([0, 1], 2.0), ([0, 1], 3.0)]
     finally:
         hdp.close()
+
+
+def _float_mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+@pytest.mark.parametrize("split", [[3, 1], [0, 1]])
+def test_a_grad_scaler_scales_every_shard_and_skips_a_step_with_an_inf_as_one_loop_does(split):
+    # Step 2's shard on fl:1 returns inf (an overflow there): the whole step must be skipped
+    # and the scale backed off, as in a loop whose loss overflows; other steps unscale the
+    # summed gradients, and before_step sees them unscaled.
+    batches = [(x.float(), y) for x, y in _batches(5)]
+    clip_to = 0.5
+
+    def scaler():
+        return torch.amp.GradScaler("fl", init_scale=2.0 ** 10, growth_interval=2)
+
+    reference, ref_scaler = _float_mlp().to("fl:0"), scaler()
+    optimizer = _sgd(reference.parameters())
+    ref_scales = []
+    for step, (x, y) in enumerate(batches):
+        optimizer.zero_grad()
+        loss = F.cross_entropy(reference(x.to("fl:0")), y.to("fl:0")) * (float("inf") if step == 2 else 1.0)
+        ref_scaler.scale(loss).backward()
+        ref_scaler.unscale_(optimizer)
+        nn.utils.clip_grad_norm_(reference.parameters(), clip_to)
+        ref_scaler.step(optimizer)
+        ref_scaler.update()
+        ref_scales.append(ref_scaler.get_scale())
+
+    hdp = HeteroDataParallel(_float_mlp(), ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", split=split)
+    hdp_scaler, scales, norms = scaler(), [], []
+
+    def overflowing_on_fl1_at(step):
+        def loss_fn(out, y):
+            loss = F.cross_entropy(out, y)
+            return loss * float("inf") if step == 2 and out.device == torch.device("fl:1") else loss
+        return loss_fn
+
+    def clip(module):
+        norms.append(float(nn.utils.clip_grad_norm_(module.parameters(), clip_to)))
+
+    try:
+        for step, (x, y) in enumerate(batches):
+            hdp.train_step(x, y, overflowing_on_fl1_at(step), before_step=clip, scaler=hdp_scaler)
+            scales.append(hdp_scaler.get_scale())
+        assert scales == ref_scales and scales[2] < scales[1]  # backed off at the inf
+        assert all(n < 100 for k, n in enumerate(norms) if k != 2)  # unscaled (the scale is 1024)
+        for got, want in zip(hdp.module.parameters(), reference.parameters()):
+            torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=1e-5, atol=1e-6)
+    finally:
+        hdp.close()

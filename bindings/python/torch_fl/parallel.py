@@ -868,6 +868,7 @@ class HeteroDataParallel:
         self._master_queued = threading.Event()  # set once this step's master shard is queued
         self._closed = False
         self._autocast: list[tuple[str, bool, torch.dtype]] = []  # the caller's, for the pool's threads
+        self._scaler: torch.amp.GradScaler | None = None  # this step's (train_step), for every shard
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -1007,7 +1008,8 @@ class HeteroDataParallel:
             for p in replica.parameters():
                 p.grad = None
         loss = loss_fn(_call(replica, x), y)
-        (loss * weight if weight != 1.0 else loss).backward()
+        scaled = loss * weight if weight != 1.0 else loss
+        (self._scaler.scale(scaled) if self._scaler is not None else scaled).backward()
         if in_place and any(t._version != 0 for t in _tensor_leaves((x, y)) if t.device == device):
             # The module or the loss wrote its inputs in place, and so the caller's batch: from
             # the next step on this device gets copies, as the others do.
@@ -1151,7 +1153,8 @@ class HeteroDataParallel:
         return 1 << max((batch_size // 16).bit_length() - 1, 0)
 
     def train_step(self, inputs: Any, targets: Any, loss_fn: Callable[[Any, Any], torch.Tensor],
-                   before_step: Callable[[nn.Module], Any] | None = None) -> float:
+                   before_step: Callable[[nn.Module], Any] | None = None,
+                   scaler: torch.amp.GradScaler | None = None) -> float:
         """One optimizer step on a batch; `loss_fn(output, target)` must return the mean loss
         over its shard's rows. Returns the batch's mean loss (Σ n_i/N · loss_i).
 
@@ -1165,6 +1168,11 @@ class HeteroDataParallel:
         `before_step(module)`, when given, runs once the gradients of the whole batch are on
         the master (`module`, whose `.grad`s they are) and before `optimizer.step()`: the place
         for `torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)`, or to read them.
+
+        `scaler` (a torch.amp.GradScaler, for float16 autocast) scales every shard's loss
+        before its backward, then unscales the summed gradients (before `before_step`, so
+        that clipping sees true values), steps through `scaler.step(optimizer)` (skipped when
+        a gradient is inf or NaN) and updates the scale, as a loop with one GradScaler does.
 
         `inputs` and `targets` are tensors or nests of them (tuples, lists, mappings,
         namedtuples, and their subclasses; dataclass instances); every tensor in them is split along dim 0 and
@@ -1192,6 +1200,10 @@ class HeteroDataParallel:
             self.calibrate(inputs, targets, loss_fn)
         # Before any shard starts (a replica's loss may add into them; see _reduce_gradients).
         self._clear_master_grads()
+        self._scaler = scaler if scaler is not None and scaler.is_enabled() else None
+        if self._scaler is not None:
+            # GradScaler creates its scale on first use: here, not in several shards' threads at once.
+            self._scaler.scale(torch.ones((), device=self.reduce_device))
         sizes = self._shard_sizes(batch)
         active = self._device_set(sizes)
         if len(active) == 1:
@@ -1257,9 +1269,15 @@ class HeteroDataParallel:
                     self._take_buffers(max(active, key=lambda i: sizes[i]))
                 reduced = time.perf_counter()
 
+            if self._scaler is not None:
+                self._scaler.unscale_(self.optimizer)
             if before_step is not None:
                 before_step(self.module)
-            self.optimizer.step()
+            if self._scaler is not None:
+                self._scaler.step(self.optimizer)
+                self._scaler.update()
+            else:
+                self.optimizer.step()
             stepped = time.perf_counter()
             # A replica that computed this step and shares the master's plugin receives the
             # new weights now: the copies are queued on the devices right behind the optimizer
@@ -1378,6 +1396,7 @@ class HeteroDataParallel:
         Parameters and buffers are restored afterwards, also when a pass raises (and then no
         replica keeps a gradient of it); no optimizer step is taken."""
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
+        self._scaler = None  # timed passes only: a step's scaler is taken after calibration
         # The timed passes must not add into the gradient of a batch that requires grad.
         inputs, targets = _map_tensors(inputs, torch.Tensor.detach), _map_tensors(targets, torch.Tensor.detach)
         calibrated = False

@@ -129,3 +129,87 @@ def test_ddp_on_two_fl_devices(tmp_path):
     for r in ranks:
         assert len(r["losses"]) == 4 * 4  # each rank sees half of the 8 batches per epoch
         assert sum(r["losses"][-4:]) < 0.9 * sum(r["losses"][:4])
+
+
+def test_devices_auto_in_a_notebook_uses_one_fl_device(monkeypatch):
+    # Lightning uses one CUDA device for devices="auto" in a notebook, where several would need
+    # the fork launcher; fl took every device and forked (which hangs once fl was used there).
+    from lightning.pytorch.trainer.connectors import accelerator_connector
+    monkeypatch.setattr(accelerator_connector, "_IS_INTERACTIVE", True)
+    trainer = L.Trainer(accelerator="fl", logger=False)
+    assert trainer.num_devices == 1
+    assert isinstance(trainer.strategy, SingleDeviceStrategy)
+    assert trainer.strategy.root_device == torch.device("fl:0")
+
+
+def test_fork_launcher_refuses_once_fl_was_used(monkeypatch):
+    # A child forked after this process ran work on fl waits forever on its first fl op (it
+    # has the runtime's state, not its worker threads): the launcher must refuse before forking.
+    from lightning.pytorch.strategies.launchers import multiprocessing as launchers
+
+    def forked(*args, **kwargs):
+        raise AssertionError("the launcher forked although fl was used in this process")
+
+    monkeypatch.setattr(launchers.mp, "start_processes", forked)
+    (torch.ones(4, device="fl:0") * 2).cpu()
+    trainer = L.Trainer(accelerator="fl", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
+                        enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
+    with pytest.raises(RuntimeError, match="can't fork new processes"):
+        trainer.fit(_lightning_fit.TinyClassifier(), _lightning_fit.make_loader())
+
+
+def test_ddp_spawn_takes_a_model_that_is_on_fl(tmp_path):
+    # torch.multiprocessing can share CPU and CUDA tensors only: a model moved to fl before a
+    # spawn fit failed with "_share_fd_: only available on CPU" (CUDA models go through IPC).
+    torch.manual_seed(0)
+    model = _lightning_fit.TinyClassifier().to("fl:0")
+    before = [p.detach().cpu().clone() for p in model.parameters()]
+    trainer = L.Trainer(accelerator="fl", devices=2, strategy="ddp_spawn", max_steps=2, logger=False,
+                        default_root_dir=tmp_path,
+                        enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
+    trainer.fit(model, _lightning_fit.make_loader())
+    assert trainer.state.finished
+    after = list(model.parameters())
+    assert all(p.device.type == "cpu" for p in after)  # where a spawn fit leaves the model
+    assert any(not torch.equal(b, a.detach()) for b, a in zip(before, after))  # rank 0's weights came back
+
+
+class _WideClassifier(L.LightningModule):
+    """A hidden layer wide enough that a batch of 1024 does not fit in 48 MiB."""
+
+    def __init__(self, batch_size: int = 2) -> None:
+        super().__init__()
+        self.batch_size = batch_size
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 3))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def train_dataloader(self):
+        x = torch.randn(4096, 8, generator=torch.Generator().manual_seed(0))
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, (x[:, 0] > 0).long()),
+                                           batch_size=self.batch_size)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def test_batch_size_finder_stops_at_fl_out_of_memory(tmp_path):
+    # Lightning's is_oom_error knows CUDA's and the CPU allocator's messages only: the finder
+    # re-raised fl's OutOfMemoryError instead of halving the batch size.
+    from lightning.pytorch.tuner import Tuner
+    device = 1
+    fraction = torch.fl.get_per_process_memory_fraction(device)
+    ooms = torch.fl.memory_stats(device).get("num_ooms", 0)
+    torch.fl.empty_cache()  # a cache left by earlier tests would count against the cap
+    torch.fl.set_per_process_memory_fraction(48 * 2**20 / torch.fl.mem_get_info(device)[1], device)
+    try:
+        trainer = L.Trainer(accelerator="fl", devices=[device], max_epochs=1, logger=False, default_root_dir=tmp_path,
+                            enable_progress_bar=False, enable_checkpointing=False, enable_model_summary=False)
+        size = Tuner(trainer).scale_batch_size(_WideClassifier(), mode="power", init_val=2, max_trials=14)
+        assert torch.fl.memory_stats(device)["num_ooms"] > ooms  # the cap was hit along the way
+        assert 2 <= size <= 512
+    finally:
+        torch.fl.set_per_process_memory_fraction(fraction, device)
+        torch.fl.empty_cache()

@@ -16,7 +16,18 @@ What importing this module does:
   on the selected fl device instead; "16-mixed"/"bf16-mixed" build
   `MixedPrecision(..., device="cuda")` — we pass device="fl" (autocast on fl, which needs the
   binding's AutocastPrivateUse1 kernels); and DDPStrategy passes `device_ids=[index]` with a
-  `torch.cuda.Stream` for any non-CPU root device — for fl it passes None.
+  `torch.cuda.Stream` for any non-CPU root device — for fl it passes None;
+- with devices="auto" in a notebook, Lightning uses one CUDA device (a multi-device run there
+  forks) — fl does the same instead of forking a process per device;
+- the fork-based launchers (strategy="ddp_fork"/"ddp_notebook") refuse to start once this
+  process has used an fl device, as Lightning's fork check does for CUDA: a forked child
+  inherits the runtime's state but not its stream worker threads, and its first fl op waits
+  forever. The spawn launcher moves a model that is on fl to the CPU first
+  (torch.multiprocessing can only share CPU and CUDA tensors; each process moves it to its own
+  device anyway);
+- the batch-size finder (Tuner.scale_batch_size) recognises only CUDA's and the CPU
+  allocator's out-of-memory messages; it also recognises fl's, so the search stops at the
+  largest batch that fits instead of failing.
 
 Lightning (2.6) reads accelerators from its registry only; it has no entry-point group for
 them, so registration needs this module imported: `torch_fl` installs an import hook that
@@ -26,13 +37,19 @@ torch_fl/_lightning_hook.py). Only the `lightning` package is handled, not the s
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Union
 
 import torch
+from lightning_utilities.core.apply_func import apply_to_collection
 from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
+from lightning.pytorch.strategies.launchers import multiprocessing as _launcher_module
 from lightning.pytorch.trainer.connectors import accelerator_connector as _connector_module
+from lightning.pytorch.tuner import batch_size_scaling as _batch_size_scaling
+from lightning.pytorch.utilities import memory as _memory
+from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
 import torch_fl  # noqa: F401 - registers the fl device
 from . import distributed as _distributed
@@ -137,8 +154,24 @@ def _wrap_connector() -> None:
             return MixedPrecision(self._precision_flag, device="fl")
         return init_precision(self)
 
+    # devices="auto": Lightning takes every device, except CUDA in a notebook, where it takes one
+    # (several would need the fork launcher, see _check_fl_fork). The same for fl.
+    set_devices_if_auto = _Connector._set_devices_flag_if_auto_passed
+
+    def _set_devices_flag_if_auto_passed(self):
+        if _uses_fl(self) and self._devices_flag == "auto" and _connector_module._IS_INTERACTIVE \
+                and self.accelerator.auto_device_count() > 1:
+            self._devices_flag = 1
+            rank_zero_info(
+                f"Trainer will use only 1 of {self.accelerator.auto_device_count()} fl devices because it is "
+                "running inside an interactive / notebook environment. Pass `devices=N` to use more (with "
+                "strategy='ddp_notebook', before any fl tensor is created in this process).")
+            return
+        set_devices_if_auto(self)
+
     _Connector._choose_strategy = _choose_strategy
     _Connector._check_and_init_precision = _check_and_init_precision
+    _Connector._set_devices_flag_if_auto_passed = _set_devices_flag_if_auto_passed
     _Connector._torch_fl_wrapped = True
 
     # DDPStrategy wraps the model in DDP(device_ids=[index]) under `torch.cuda.stream(...)`
@@ -154,11 +187,93 @@ def _wrap_connector() -> None:
     DDPStrategy.determine_ddp_device_ids = determine_ddp_device_ids
 
 
+# ---- process launchers: fork and spawn --------------------------------------------------
+
+def _fl_was_used() -> bool:
+    """Whether this process has allocated memory on an fl device (the allocator's cumulative
+    count, which device_count(), set_device() and memory_stats() leave at 0: they start no
+    stream worker thread, and a child forked after them works). Conservative, like Lightning's
+    CUDA check: a process that allocated but never ran an op would still fork fine."""
+    return any(torch.fl.memory_stats(i).get("allocation.all.allocated", 0) > 0
+               for i in range(torch.fl.device_count()))
+
+
+def _check_fl_fork() -> None:
+    if _fl_was_used():
+        message = ("Lightning can't fork new processes (strategy='ddp_fork' or 'ddp_notebook') once this "
+                   "process has used an fl device: a forked child inherits the fl runtime's state but not "
+                   "its worker threads, and would wait forever on its first fl operation. Do not create "
+                   "fl tensors or move the model to an fl device before `fit`, or use strategy='ddp' "
+                   "(in a script) or 'ddp_spawn'.")
+        if _connector_module._IS_INTERACTIVE:
+            message += " You will have to restart the Python kernel."
+        raise RuntimeError(message)
+
+
+def _modules_to_cpu(collection: Any) -> None:
+    """Moves the parameters and buffers of the modules in `collection` (the LightningModule that
+    `fit` hands to the launcher) off fl devices, in place."""
+    def to_cpu(module: torch.nn.Module) -> torch.nn.Module:
+        if any(t.device.type == "fl" for t in (*module.parameters(), *module.buffers())):
+            module.cpu()
+        return module
+
+    apply_to_collection(collection, torch.nn.Module, to_cpu)
+
+
+def _wrap_launcher() -> None:
+    launcher_cls = _launcher_module._MultiProcessingLauncher
+    if getattr(launcher_cls, "_torch_fl_wrapped", False):
+        return
+    launch = launcher_cls.launch
+
+    def _launch(self, function, *args, trainer=None, **kwargs):
+        if isinstance(self._strategy.accelerator, FlAccelerator):
+            # Only "fork" copies this process; a "forkserver" child is forked from a fresh server.
+            if self._start_method == "fork":
+                _check_fl_fork()
+            elif self._start_method == "spawn":
+                # The arguments are pickled through torch.multiprocessing, which has no way to
+                # share an fl tensor ("_share_fd_: only available on CPU"). The model ends on
+                # the CPU after a spawn fit in any case (rank 0's weights are loaded into it).
+                _modules_to_cpu((args, kwargs))
+        return launch(self, function, *args, trainer=trainer, **kwargs)
+
+    launcher_cls.launch = _launch
+    launcher_cls._torch_fl_wrapped = True
+
+
+# ---- Tuner.scale_batch_size: recognise fl's out-of-memory error ---------------------------
+
+# The caching allocator's message, raised as torch.OutOfMemoryError: "fl:0: out of memory trying to
+# allocate 16.00 MiB (...)". Lightning's is_oom_error looks for "CUDA" and "out of memory".
+_FL_OUT_OF_MEMORY = re.compile(r"\bfl:\d+: out of memory")
+
+
+def _is_fl_out_of_memory(exception: BaseException) -> bool:
+    return isinstance(exception, torch.OutOfMemoryError) and bool(_FL_OUT_OF_MEMORY.search(str(exception)))
+
+
+def _wrap_oom_check() -> None:
+    if getattr(_memory.is_oom_error, "_torch_fl_wrapped", False):
+        return
+    is_oom_error = _memory.is_oom_error
+
+    def _is_oom_error(exception: BaseException) -> bool:
+        return is_oom_error(exception) or _is_fl_out_of_memory(exception)
+
+    _is_oom_error._torch_fl_wrapped = True
+    _memory.is_oom_error = _is_oom_error  # read by garbage_collection_cuda
+    _batch_size_scaling.is_oom_error = _is_oom_error  # imported by name by the batch-size finder
+
+
 def register() -> None:
     """Registers "fl" with Lightning and "flccl" with torch.distributed (idempotent)."""
     _distributed.register()
     FlAccelerator.register_accelerators(AcceleratorRegistry)
     _wrap_connector()
+    _wrap_launcher()
+    _wrap_oom_check()
 
 
 register()

@@ -37,7 +37,7 @@ extern "C" {
 #endif
 
 #define FL_ABI_MAJOR 1
-#define FL_ABI_MINOR 1
+#define FL_ABI_MINOR 2
 
 /* Name of the single symbol a plugin exports. */
 #define FL_PLUGIN_ENTRY_SYMBOL "fl_plugin_get_ops"
@@ -223,7 +223,8 @@ typedef struct fl_value {
 /* Flags on a kernel call. */
 enum {
   FL_CALL_PRECISE = 1u << 0,        /* IEEE results wanted (e.g. no TF32 for float32 GEMM) */
-  FL_CALL_DETERMINISTIC = 1u << 1   /* bitwise reproducible results wanted */
+  FL_CALL_DETERMINISTIC = 1u << 1,  /* bitwise reproducible results wanted */
+  FL_CALL_RNG = 1u << 2             /* (1.2) rng_seed and rng_offset are set: see fl_kernel_call */
 };
 
 /* Everything a kernel receives. Borrowed for the duration of the call. */
@@ -240,7 +241,24 @@ typedef struct fl_kernel_call {
                                   FL_KERNEL_ALIASING_OK; an output with ndim == -1 is not
                                   requested (e.g. a gradient masked off) and is skipped */
   void* kernel_data;           /* fl_kernel_entry.kernel_data, passed through */
+
+  /* ---- appended in 1.2 (read only when struct_size covers them; FL_KERNEL_CALL_HAS_RNG) -- */
+
+  /* With FL_CALL_RNG in `flags` (the core sets it on calls of ATen operators tagged
+   * nondeterministic_seeded, e.g. aten::native_dropout): every random number the kernel
+   * uses must be a function of (rng_seed, rng_offset) and the element's position alone, e.g.
+   * Philox keyed by rng_seed with counter offset rng_offset. The core draws the pair from the
+   * fl device's torch generator, so torch.manual_seed / torch.fl.manual_seed make the
+   * kernel's output repeat, and every call gets a fresh pair. Without the flag (or from a
+   * core older than 1.2) the plugin uses a generator of its own. */
+  uint64_t rng_seed;
+  uint64_t rng_offset;
 } fl_kernel_call;
+
+/* Whether `call` (from any core) carries an RNG pair for this call. */
+#define FL_KERNEL_CALL_HAS_RNG(call)                                                   \
+  ((call)->struct_size >= offsetof(fl_kernel_call, rng_offset) + sizeof(uint64_t) && \
+   ((call)->flags & FL_CALL_RNG) != 0)
 
 /* A kernel: enqueue the work on call->stream and return; FL_OK means enqueued (or done). */
 typedef fl_status_t (*fl_kernel_fn)(const fl_kernel_call* call);

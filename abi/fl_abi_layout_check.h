@@ -70,7 +70,9 @@ FL_PIN(fl_kernel_call, num_outputs, 28);
 FL_PIN(fl_kernel_call, inputs, 32);
 FL_PIN(fl_kernel_call, outputs, 40);
 FL_PIN(fl_kernel_call, kernel_data, 48);
-FL_PIN_SIZE(fl_kernel_call, 56);
+FL_PIN(fl_kernel_call, rng_seed, 56);
+FL_PIN(fl_kernel_call, rng_offset, 64);
+FL_PIN_SIZE(fl_kernel_call, 72);
 
 FL_PIN(fl_kernel_entry, struct_size, 0);
 FL_PIN(fl_kernel_entry, op, 8);

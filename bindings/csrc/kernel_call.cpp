@@ -146,13 +146,19 @@ bool KernelCallBuilder::add_output(const at::Tensor& t) {
   return true;
 }
 
+void KernelCallBuilder::set_rng(uint64_t seed, uint64_t offset) {
+  rng_ = true;
+  call_.rng_seed = seed;
+  call_.rng_offset = offset;
+}
+
 const fl_kernel_call& KernelCallBuilder::build(fl_stream_t stream, uint32_t flags,
                                                const fl_kernel_entry& entry) {
   for (size_t i = 0; i < inputs_.size(); ++i)
     if (tensor_slot_[i] >= 0) inputs_[i].u.tensor = &tensors_[static_cast<size_t>(tensor_slot_[i])];
   call_.struct_size = sizeof(fl_kernel_call);
   call_.device = local_;
-  call_.flags = flags;
+  call_.flags = flags | (rng_ ? static_cast<uint32_t>(FL_CALL_RNG) : 0u);
   call_.stream = stream;
   call_.num_inputs = static_cast<int32_t>(inputs_.size());
   call_.num_outputs = static_cast<int32_t>(outputs_.size());

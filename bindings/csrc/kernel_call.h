@@ -31,6 +31,8 @@ class KernelCallBuilder {
   bool add_output(const at::Tensor& tensor);
 
   const fl_kernel_call& build(fl_stream_t stream, uint32_t flags, const fl_kernel_entry& entry);
+  // Sets FL_CALL_RNG with this pair on the next build().
+  void set_rng(uint64_t seed, uint64_t offset);
   const std::string& refusal() const { return refusal_; }
 
  private:
@@ -50,6 +52,7 @@ class KernelCallBuilder {
   c10::SmallVector<fl_value, 8> inputs_;
   c10::SmallVector<fl_tensor, 4> outputs_;
   fl_kernel_call call_{};
+  bool rng_ = false;
   std::string refusal_;
 };
 

@@ -104,6 +104,7 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
     if (it != infos().end()) return *it->second;
   }
   auto info = analyse(op.schema());
+  info->seeded = op.hasTag(at::Tag::nondeterministic_seeded);
   std::unique_lock lock(infos_mutex());
   auto [it, inserted] = infos().emplace(key, std::move(info));
   return *it->second;

@@ -40,6 +40,9 @@ struct OpInfo {
   // upsample's scale_factors): they are part of its output-metadata cache key. Elsewhere only
   // their type is (output_meta.cpp).
   bool float_values_size_outputs = false;
+  // Tagged nondeterministic_seeded (native_dropout): a native call carries an RNG pair drawn
+  // from the device's generator (fl_kernel_call.rng_seed/rng_offset).
+  bool seeded = false;
   // Per plugin (by index in the runtime's plugin list): resolved table entry, or nullptr.
   std::vector<const fl_kernel_entry*> entries;
   std::atomic<bool> entries_resolved{false};

@@ -5,6 +5,7 @@
 #include "cpu_fallback.h"
 #include "device_timer.h"
 #include "fl_context.h"
+#include "generator.h"
 #include "generic_kernels.h"
 #include "kernel_call.h"
 #include "op_info.h"
@@ -19,6 +20,7 @@
 #include <torch/library.h>
 
 #include <chrono>
+#include <mutex>
 
 namespace fl::binding {
 namespace {
@@ -209,6 +211,13 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   for (const auto& t : targets)
     if (!builder.add_output(t)) return false;
 
+  if (info.seeded) {
+    // A fresh 64-bit seed from the device's generator per call (offset 0): torch.manual_seed
+    // makes the kernel repeat, and the generator's state moves as a CPU op's would.
+    auto* gen = default_generator(device).get<FlGeneratorImpl>();
+    std::lock_guard<std::mutex> lock(gen->mutex_);
+    builder.set_rng(gen->random64(), 0);
+  }
   auto& reg = rt.streams(device);
   const uint32_t flags = kernel_call_flags(info.convolution);
   const fl_kernel_call& call = builder.build(reg.handle(reg.current()), flags, *entry);

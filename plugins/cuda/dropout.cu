@@ -1,8 +1,10 @@
 // dropout.cu — native_dropout(input, p, train?) -> (output, mask). Element i is kept when a
-// Philox uniform u < 1 - p; kept values are scaled by 1 / (1 - p) (0 when p == 1). The
-// generator is keyed by the init option seed= (and the device) and counted by a per-device
-// call counter, so every call draws fresh numbers and a run with the same seed and call
-// sequence repeats exactly. train == false returns a copy and an all-true mask.
+// Philox uniform u < 1 - p; kept values are scaled by 1 / (1 - p) (0 when p == 1). Philox is
+// keyed by the call's rng_seed and counted from its rng_offset, which a 1.2 core draws from the
+// fl device's torch generator (FL_KERNEL_CALL_HAS_RNG), so torch.manual_seed makes dropout
+// repeat. From an older core the key is the init option seed= (and the device) and the
+// counter a per-device call counter, so every call draws fresh numbers and a run with the same
+// seed and call sequence repeats exactly. train == false returns a copy and an all-true mask.
 #include "dispatch.cuh"
 #include "dtype_convert.cuh"
 #include "gpu_check.hpp"
@@ -67,8 +69,10 @@ FL_CUDA_KERNEL(k_native_dropout) {
     }
     const double keep = 1.0 - p;
     const float scale = keep == 0.0 ? 0.0f : static_cast<float>(1.0 / keep);
-    const uint64_t seed = rng_seed() + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(ctx.device);
-    const uint64_t call_id = device_state(ctx.device).rng_offset.fetch_add(1);
+    const bool given = FL_KERNEL_CALL_HAS_RNG(call);
+    const uint64_t seed =
+        given ? call->rng_seed : rng_seed() + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(ctx.device);
+    const uint64_t call_id = given ? call->rng_offset : device_state(ctx.device).rng_offset.fetch_add(1);
     dispatch_float(input.dtype, [&](auto tag) {
       using T = typename decltype(tag)::type;
       dropout_kernel<T><<<grid_for((n + 3) / 4, kThreads, ctx), kThreads, 0, ctx.stream>>>(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+import torch_fl
+
 from conftest import assert_same
 
 
@@ -97,6 +99,29 @@ def test_in_place_random_ops_and_dropout():
     assert 10 < int((dc == 0).sum()) < 54
     assert perm.device.type == "fl"
     assert sorted(perm.cpu().tolist()) == list(range(20))
+
+
+def test_dropout_repeats_under_the_same_seed_and_moves_the_generator():
+    # native_dropout runs in the plugin: the core hands it an RNG pair drawn from the device's
+    # generator (ABI 1.2). It had drawn from the plugin's own generator, so torch.manual_seed
+    # (Lightning's seed_everything) left dropout masks different from run to run.
+    def masks():
+        x = torch.ones(256, device="fl:0")
+        return [F.dropout(x, p=0.5, training=True).cpu() for _ in range(3)]
+
+    for seed_all in (torch.manual_seed, torch.fl.manual_seed):
+        seed_all(11)
+        first = masks()
+        seed_all(11)
+        assert all(torch.equal(a, b) for a, b in zip(first, masks()))
+    assert not torch.equal(first[0], first[1])  # each call gets a fresh pair
+    torch.manual_seed(12)
+    assert not torch.equal(masks()[0], first[0])
+    state = torch.fl.get_rng_state(0)
+    F.dropout(torch.ones(8, device="fl:0"), p=0.5, training=True)
+    assert not torch.equal(torch.fl.get_rng_state(0), state)  # the draw moved the generator
+    calls = torch_fl.fallback_stats()["aten::native_dropout"]
+    assert calls["native"] > 0 and calls["cpu_fallback"] == 0  # the plugin's kernel, not the CPU's
 
 
 def test_bernoulli_and_multinomial_reproducible():

@@ -44,7 +44,8 @@ HostTensor contiguous(const HostTensor& t) {
 
 }  // namespace
 
-CaseRun run_case(const PluginLibrary& plugin, const fl_kernel_entry& entry, const KernelCase& c, int32_t device) {
+CaseRun run_case(const PluginLibrary& plugin, const fl_kernel_entry& entry, const KernelCase& c, int32_t device,
+                 const RngPair* rng) {
   const bool strided_ok = (entry.flags & FL_KERNEL_STRIDED_INPUTS) != 0;
   std::vector<HostTensor> hosts;  // inputs as passed (contiguous copies when needed)
   hosts.reserve(c.inputs.size());
@@ -106,7 +107,11 @@ CaseRun run_case(const PluginLibrary& plugin, const fl_kernel_entry& entry, cons
   fl_kernel_call call{};
   call.struct_size = sizeof(call);
   call.device = device;
-  call.flags = FL_CALL_PRECISE;
+  call.flags = static_cast<uint32_t>(FL_CALL_PRECISE) | (rng != nullptr ? static_cast<uint32_t>(FL_CALL_RNG) : 0u);
+  if (rng != nullptr) {
+    call.rng_seed = rng->seed;
+    call.rng_offset = rng->offset;
+  }
   call.stream = nullptr;
   call.num_inputs = static_cast<int32_t>(values.size());
   call.num_outputs = static_cast<int32_t>(outputs.size());

@@ -16,9 +16,17 @@ struct CaseRun {
   std::vector<HostTensor> outputs;  // one per output spec (empty tensors for not-requested)
 };
 
+// The RNG pair a call carries (FL_CALL_RNG, fl_kernel_call.rng_seed/rng_offset).
+struct RngPair {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+};
+
 // Inputs are made contiguous when the entry lacks FL_KERNEL_STRIDED_INPUTS. A C++ exception
-// escaping the kernel is reported as FL_ERR_INTERNAL with its text.
-CaseRun run_case(const PluginLibrary& plugin, const fl_kernel_entry& entry, const KernelCase& c, int32_t device);
+// escaping the kernel is reported as FL_ERR_INTERNAL with its text. With `rng`, the call
+// carries that pair.
+CaseRun run_case(const PluginLibrary& plugin, const fl_kernel_entry& entry, const KernelCase& c, int32_t device,
+                 const RngPair* rng = nullptr);
 
 // nullopt when equal within tolerance, else a message naming the first bad element.
 std::optional<std::string> compare_outputs(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,

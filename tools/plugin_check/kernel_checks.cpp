@@ -90,12 +90,68 @@ Status check_kernel(const PluginLibrary& plugin, const fl_kernel_entry& entry, c
   return Status::Pass;
 }
 
+// native_dropout's output is random, so no reference can match it: instead, the kernel must
+// follow the call's RNG pair (ABI 1.2, FL_CALL_RNG): the same pair gives the same bits, another
+// seed or offset other bits, and it keeps about 1 - p of the elements, scaled by 1 / (1 - p).
+Status check_seeded_dropout(const PluginLibrary& plugin, const fl_kernel_entry& entry, std::string& message) {
+  if ((entry.dtype_mask & FL_DTYPE_BIT(FL_DTYPE_FLOAT32)) == 0) {
+    message = "no float32 in its mask";
+    return Status::Skip;
+  }
+  constexpr int64_t n = 4096;
+  KernelCase c;
+  c.label = "ones [4096], p 0.5, train";
+  c.inputs = {CaseArg::of(HostTensor::from_values(FL_DTYPE_FLOAT32, {n}, std::vector<double>(n, 1.0))),
+              CaseArg::real(0.5), CaseArg::boolean(true)};
+  c.outputs = {OutputSpec{FL_DTYPE_FLOAT32, {n}}, OutputSpec{FL_DTYPE_BOOL, {n}}};
+  const RngPair pairs[] = {{0x5EED, 7}, {0x5EED, 7}, {0x5EEE, 7}, {0x5EED, 8}};
+  std::vector<std::vector<double>> masks;
+  for (const RngPair& pair : pairs) {
+    CaseRun run = run_case(plugin, entry, c, 0, &pair);
+    if (run.status != FL_OK) {
+      message = c.label + ": " + run.error;
+      return Status::Fail;
+    }
+    const std::vector<double> out = run.outputs[0].values();
+    masks.push_back(run.outputs[1].values());
+    for (int64_t i = 0; i < n; ++i) {
+      const double want = masks.back()[i] != 0 ? 2.0 : 0.0;
+      if (out[i] != want) {
+        message = "element " + std::to_string(i) + " is " + std::to_string(out[i]) + ", its mask says " +
+                  std::to_string(want);
+        return Status::Fail;
+      }
+    }
+  }
+  if (masks[0] != masks[1]) {
+    message = "the same RNG pair (FL_CALL_RNG) gave different masks: the kernel ignores rng_seed/rng_offset";
+    return Status::Fail;
+  }
+  if (masks[0] == masks[2] || masks[0] == masks[3]) {
+    message = std::string("another ") + (masks[0] == masks[2] ? "rng_seed" : "rng_offset") +
+              " gave the same mask: the kernel ignores it";
+    return Status::Fail;
+  }
+  int64_t kept = 0;
+  for (double m : masks[0]) kept += m != 0 ? 1 : 0;
+  if (kept < n * 45 / 100 || kept > n * 55 / 100) {
+    message = "kept " + std::to_string(kept) + " of " + std::to_string(n) + " at p = 0.5";
+    return Status::Fail;
+  }
+  message = "the same RNG pair repeats its mask, another seed or offset changes it; kept " + std::to_string(kept) +
+            " of " + std::to_string(n) + " at p = 0.5, scaled by 2";
+  return Status::Pass;
+}
+
 }  // namespace
 
 void run_kernel_checks(const PluginLibrary& plugin, const PluginLibrary* reference, Report& report) {
   for (const fl_kernel_entry& entry : plugin.kernels()) {
-    report.run(std::string("kernel ") + entry.op,
-               [&](std::string& message) { return check_kernel(plugin, entry, reference, message); });
+    const std::string op = entry.op;
+    const bool seeded = op == "aten::native_dropout" || op == "aten::native_dropout.out";
+    report.run(std::string("kernel ") + entry.op, [&](std::string& message) {
+      return seeded ? check_seeded_dropout(plugin, entry, message) : check_kernel(plugin, entry, reference, message);
+    });
   }
 }
 

@@ -2,10 +2,12 @@
 // Index values live in device memory, so bounds are checked on the worker (an out-of-range
 // index is an asynchronous error, like ATen's IndexError).
 //
-// native_dropout draws from the device's std::mt19937_64, seeded with the init option
-// `seed=` (default 0) plus the device index: each call takes one 64-bit seed from it at call
-// time, so results depend only on the order of calls on that device. The stream of numbers
-// differs from ATen's CPU generator.
+// native_dropout keys a std::mt19937_64 per call with the call's RNG pair, which a 1.2 core
+// draws from the fl device's torch generator (FL_KERNEL_CALL_HAS_RNG): torch.manual_seed then
+// makes dropout repeat. From an older core it takes a 64-bit seed per call from the device's
+// own std::mt19937_64, seeded with the init option `seed=` (default 0) plus the device index,
+// so results depend only on the order of calls on that device. Either way the stream of
+// numbers differs from ATen's CPU generator.
 #include "../cpu_runtime.hpp"
 #include "kernel_table.hpp"
 #include "tensor_desc.hpp"
@@ -171,9 +173,12 @@ void native_dropout(const fl_kernel_call* call) {
   });
   int64_t n = in.numel();
   if (n == 0) return;
-  Device& device = Runtime::get().device(call->device);
   uint64_t seed;
-  {
+  if (FL_KERNEL_CALL_HAS_RNG(call)) {
+    // One seed from the pair (splitmix64's odd constant keeps (s, o) and (s + 1, o - 1) apart).
+    seed = call->rng_seed ^ (call->rng_offset * 0x9E3779B97F4A7C15ull);
+  } else {
+    Device& device = Runtime::get().device(call->device);
     std::lock_guard<std::mutex> lock(device.rng_mutex);
     seed = device.rng();
   }

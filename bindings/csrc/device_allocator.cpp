@@ -39,6 +39,7 @@ c10::DataPtr FlDeviceAllocator::allocate(size_t nbytes) {
   c10::Device dev(c10::DeviceType::PrivateUse1, device);
   if (nbytes == 0) return c10::DataPtr(nullptr, nullptr, kDeleters[0], dev);
   TORCH_CHECK(device < kMaxDevices, "torch_fl supports at most ", kMaxDevices, " devices");
+  note_device_use();
   void* ptr = translate_errors("", [&] {
     auto& reg = runtime().streams(device);
     return runtime().allocator(device).allocate(nbytes, reg.handle(reg.current()));

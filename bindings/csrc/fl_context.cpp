@@ -4,12 +4,43 @@
 
 #include <c10/util/Exception.h>
 
+#include <pthread.h>
+
+#include <atomic>
+
 namespace fl::binding {
 namespace {
 thread_local c10::DeviceIndex tls_current_device = 0;
 }
 
+namespace {
+
+// Fork: a child has the parent's memory but not its threads (the CPU plugin's stream workers,
+// a driver's) nor a usable driver context, so its first fl op would wait forever. As CUDA does
+// ("Cannot re-initialize CUDA in forked subprocess"), a child forked after the parent used fl
+// gets an error instead. "Used": it allocated fl memory (which every op producing a tensor
+// does); a child forked before that may use fl (nothing of the parent's runtime ran).
+std::atomic<bool> g_used{false};
+std::atomic<bool> g_bad_fork{false};
+
+void on_fork_child() {
+  if (g_used.load(std::memory_order_relaxed)) g_bad_fork.store(true, std::memory_order_relaxed);
+}
+
+[[maybe_unused]] const int g_atfork_registered = pthread_atfork(nullptr, nullptr, &on_fork_child);
+
+}  // namespace
+
+void note_device_use() noexcept { g_used.store(true, std::memory_order_relaxed); }
+
+bool in_bad_fork() noexcept { return g_bad_fork.load(std::memory_order_relaxed); }
+
 fl::Runtime& runtime() {
+  TORCH_CHECK(!in_bad_fork(),
+              "torch_fl: cannot use fl devices in a forked subprocess: the parent process used them before it "
+              "forked, and a child has its memory but not its plugins' threads or driver contexts. To use fl "
+              "with multiprocessing, use the 'spawn' start method (torch.multiprocessing.set_start_method"
+              "(\"spawn\"), or a DataLoader's multiprocessing_context=\"spawn\")");
   try {
     return fl::Runtime::global();
   } catch (const std::exception& e) {

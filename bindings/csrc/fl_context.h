@@ -16,8 +16,14 @@
 
 namespace fl::binding {
 
-// The process-wide core runtime (built on first use). Throws c10::Error on load failure.
+// The process-wide core runtime (built on first use). Throws c10::Error on load failure, and
+// in a child forked after this process used fl (in_bad_fork).
 fl::Runtime& runtime();
+
+// Marks that this process has used fl memory: a child forked from now on cannot use fl.
+void note_device_use() noexcept;
+// Whether this process is such a child (torch.fl._is_in_bad_fork()).
+bool in_bad_fork() noexcept;
 
 // Number of fl devices; 0 (never an exception) when the runtime cannot be built.
 int device_count_noexcept() noexcept;

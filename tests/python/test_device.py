@@ -168,3 +168,35 @@ def test_cpu_plugin_thread_count_option():
                      env={"FL_CPU_THREADS": "0"})
     assert bad.returncode == 0, bad.stderr[-2000:]
     assert "cpu plugin: threads must be in [1, 4096]" in bad.stdout, bad.stdout
+
+
+_FORK_SCRIPT = r"""
+import os, torch, torch_fl
+
+def child_runs_an_op():
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ok = (torch.ones(3, device="fl:0") * 2).cpu().tolist() == [2.0, 2.0, 2.0]
+            os._exit(0 if ok and not torch.fl._is_in_bad_fork() else 1)
+        except RuntimeError as error:
+            bad = "forked subprocess" in str(error) and "spawn" in str(error) and torch.fl._is_in_bad_fork()
+            os._exit(3 if bad else 4)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+print("before", child_runs_an_op())
+(torch.ones(4, device="fl:0") * 2).cpu()
+print("after", child_runs_an_op())
+print("parent", (torch.ones(2, device="fl:0") + 1).cpu().tolist(), torch.fl._is_in_bad_fork())
+"""
+
+
+def test_a_child_forked_after_fl_was_used_gets_an_error_not_a_hang():
+    # The child has the runtime's memory but not the CPU plugin's stream threads: its first op
+    # waited forever. As CUDA raises "Cannot re-initialize CUDA in forked subprocess", fl now
+    # raises, naming the spawn start method; a child forked before any use works.
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["before 0", "after 3", "parent [2.0, 2.0] False"]

@@ -22,7 +22,8 @@ def _lazy_init() -> None:
 
 
 def _is_in_bad_fork() -> bool:
-    return False
+    """Whether this process was forked after its parent used fl (then fl raises here)."""
+    return _C.in_bad_fork()
 
 
 def device_count() -> int:

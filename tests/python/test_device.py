@@ -188,6 +188,12 @@ print("before", child_runs_an_op())
 (torch.ones(4, device="fl:0") * 2).cpu()
 print("after", child_runs_an_op())
 print("parent", (torch.ones(2, device="fl:0") + 1).cpu().tolist(), torch.fl._is_in_bad_fork())
+# DataLoader workers are such children: they seed torch (which skips a device module in a bad
+# fork) and load host batches; fl stays the parent's.
+from torch.utils.data import DataLoader, TensorDataset
+rows = TensorDataset(torch.arange(32.0).view(16, 2))
+loader = DataLoader(rows, batch_size=4, num_workers=2, multiprocessing_context="fork")
+print("loader", sum(float(b.to("fl:0").sum().cpu()) for b, in loader))
 """
 
 
@@ -199,4 +205,4 @@ def test_a_child_forked_after_fl_was_used_gets_an_error_not_a_hang():
     import sys
     done = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split("\n")[:3] == ["before 0", "after 3", "parent [2.0, 2.0] False"]
+    assert done.stdout.split("\n")[:4] == ["before 0", "after 3", "parent [2.0, 2.0] False", "loader 496.0"]

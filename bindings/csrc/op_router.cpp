@@ -213,7 +213,8 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
 
   if (info.seeded) {
     // A fresh 64-bit seed from the device's generator per call (offset 0): torch.manual_seed
-    // makes the kernel repeat, and the generator's state moves as a CPU op's would.
+    // makes the kernel repeat. Drawn before the kernel runs, so a call it declines (which then
+    // falls back, drawing again) or one with train=False moves the generator too.
     auto* gen = default_generator(device).get<FlGeneratorImpl>();
     std::lock_guard<std::mutex> lock(gen->mutex_);
     builder.set_rng(gen->random64(), 0);

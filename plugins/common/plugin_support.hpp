@@ -76,6 +76,15 @@ fl_status_t guard(Body&& body) noexcept {
   throw PluginError(status, message);
 }
 
+// A copy of `call` to change a few fields of and pass on: only the `struct_size` bytes the
+// core wrote are read (an older core's call is shorter than this header's struct); the rest
+// stays zero, as absent fields read.
+inline fl_kernel_call copy_call(const fl_kernel_call* call) {
+  fl_kernel_call copy{};
+  std::memcpy(&copy, call, call->struct_size < sizeof copy ? call->struct_size : sizeof copy);
+  return copy;
+}
+
 inline size_t dtype_size(fl_dtype_t dtype) {
   switch (dtype) {
     case FL_DTYPE_FLOAT32: return 4;

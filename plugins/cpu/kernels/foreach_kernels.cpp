@@ -201,7 +201,7 @@ void run_foreach(const fl_kernel_call* call, const ForeachOp& op, const fl_kerne
       const bool has_alpha = op.extra == Extra::None && call->num_inputs > op.lists;
       inputs.push_back(has_alpha ? args.at(op.lists) : int_value(1));
     }
-    fl_kernel_call one = *call;
+    fl_kernel_call one = plugin::copy_call(call);
     one.inputs = inputs.data();
     one.num_inputs = static_cast<int32_t>(inputs.size());
     one.outputs = &call->outputs[i];

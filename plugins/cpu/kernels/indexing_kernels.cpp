@@ -23,6 +23,15 @@ namespace {
 
 using plugin::Args;
 
+// splitmix64's finaliser (Steele, Lea, Flood 2014): a bijection of 64-bit words that mixes
+// every input bit into every output bit.
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 int64_t load_index(const char* base, fl_dtype_t dtype, int64_t i) {
   if (dtype == FL_DTYPE_INT64) return reinterpret_cast<const int64_t*>(base)[i];
   return reinterpret_cast<const int32_t*>(base)[i];
@@ -175,8 +184,8 @@ void native_dropout(const fl_kernel_call* call) {
   if (n == 0) return;
   uint64_t seed;
   if (FL_KERNEL_CALL_HAS_RNG(call)) {
-    // One seed from the pair (splitmix64's odd constant keeps (s, o) and (s + 1, o - 1) apart).
-    seed = call->rng_seed ^ (call->rng_offset * 0x9E3779B97F4A7C15ull);
+    // One seed from the pair, through splitmix64's finaliser: distinct pairs give unrelated seeds.
+    seed = splitmix64(call->rng_seed + splitmix64(call->rng_offset));
   } else {
     Device& device = Runtime::get().device(call->device);
     std::lock_guard<std::mutex> lock(device.rng_mutex);

@@ -132,7 +132,7 @@ void max_pool2d_with_indices_backward_out(const fl_kernel_call* call) {
   TensorDesc indices = describe(args.tensor(7), op);
   TensorDesc gi = describe(args.output(0), op);
   // Geometry args sit at 2..6 here: shift by one through a view of the call.
-  fl_kernel_call shifted = *call;
+  fl_kernel_call shifted = plugin::copy_call(call);
   shifted.inputs = call->inputs + 1;
   shifted.num_inputs = call->num_inputs - 1;
   PoolGeometry g = pool_geometry(op, Args(&shifted), self, grad);

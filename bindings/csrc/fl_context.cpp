@@ -35,6 +35,8 @@ void note_device_use() noexcept { g_used.store(true, std::memory_order_relaxed);
 
 bool in_bad_fork() noexcept { return g_bad_fork.load(std::memory_order_relaxed); }
 
+bool was_used() noexcept { return g_used.load(std::memory_order_relaxed); }
+
 fl::Runtime& runtime() {
   TORCH_CHECK(!in_bad_fork(),
               "torch_fl: cannot use fl devices in a forked subprocess: the parent process used them before it "

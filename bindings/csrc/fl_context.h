@@ -24,6 +24,8 @@ fl::Runtime& runtime();
 void note_device_use() noexcept;
 // Whether this process is such a child (torch.fl._is_in_bad_fork()).
 bool in_bad_fork() noexcept;
+// Whether this process has used fl memory (note_device_use was called).
+bool was_used() noexcept;
 
 // Number of fl devices; 0 (never an exception) when the runtime cannot be built.
 int device_count_noexcept() noexcept;

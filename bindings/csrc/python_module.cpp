@@ -184,6 +184,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("device_count", [] { return device_count_noexcept(); });
   m.def("init", [] { return runtime().device_count(); });
   m.def("in_bad_fork", [] { return in_bad_fork(); });
+  m.def("was_used", [] { return was_used(); });
   m.def("list_devices", &list_devices);
   m.def("skipped_plugins", &skipped_plugins);
   m.def("loaded_plugins", &loaded_plugins);

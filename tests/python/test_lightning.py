@@ -170,7 +170,7 @@ def test_ddp_spawn_takes_a_model_that_is_on_fl(tmp_path):
     trainer.fit(model, _lightning_fit.make_loader())
     assert trainer.state.finished
     after = list(model.parameters())
-    assert all(p.device.type == "cpu" for p in after)  # where a spawn fit leaves the model
+    assert all(p.device == torch.device("fl:0") for p in after)  # back where it was, as a CUDA model stays
     assert any(not torch.equal(b, a.detach()) for b, a in zip(before, after))  # rank 0's weights came back
 
 

@@ -275,19 +275,29 @@ def test_batch_norm_statistics_follow_steps_that_leave_the_master_out():
 @pytest.mark.parametrize("split", [[16, 1], None])
 def test_a_one_row_shard_is_folded_into_the_largest_when_the_model_has_batch_norm(split):
     # Batch norm in training refuses one row ("Expected more than 1 value per channel"); a
-    # measured split hands a device one row when a granularity's last piece is 1 (planned
-    # here as [32, 1], as the balancer can for a batch of 33).
+    # measured split hands a device one row when a granularity's last piece is 1: here fl:1
+    # is modelled 20x slower, so a batch of 33 in pieces of 2 splits [32, 1]. The balancer
+    # folds it itself, so that the device set it plans and records is the one that ran.
+    from torch_fl.parallel import ThroughputBalancer
     x = torch.randn(17 if split else 33, 6, dtype=torch.float64)
     y = torch.randint(0, 3, (len(x),))
     for model, folded in ((_bn_model(), True), (_mlp(), False)):
         hdp = HeteroDataParallel(model, ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", split=split,
-                                 calibration_reps=1)
+                                 granularity=2, rebalance_every=1)
         try:
             if split is None:
-                hdp.calibrate(x, y, F.cross_entropy)
-                hdp.balancer.plan = lambda batch, granularity, count=True: [batch - 1, 1]
+                balancer = ThroughputBalancer(2)
+                balancer.calibrate(0, [(33, 0.033), (8, 0.008)])
+                balancer.calibrate(1, [(33, 0.66), (8, 0.16)])
+                assert balancer.split(33, 2) == [32, 1]
+                balancer.min_rows = hdp.balancer.min_rows
+                hdp.balancer = balancer
             hdp.train_step(x, y, F.cross_entropy)
             assert hdp.last_shards == ([len(x), 0] if folded else [len(x) - 1, 1])
+            if split is None:
+                assert balancer.history[-1]["chose"] == ("0" if folded else "0,1")
+                if folded:  # "0,1" never ran, so it has no record (a warm-up step records nothing)
+                    assert "0,1" not in balancer.measured
         finally:
             hdp.close()
 

@@ -22,9 +22,10 @@ What importing this module does:
 - the fork-based launchers (strategy="ddp_fork"/"ddp_notebook") refuse to start once this
   process has used an fl device, as Lightning's fork check does for CUDA: a forked child
   inherits the runtime's state but not its stream worker threads, and its first fl op waits
-  forever. The spawn launcher moves a model that is on fl to the CPU first
-  (torch.multiprocessing can only share CPU and CUDA tensors; each process moves it to its own
-  device anyway);
+  forever (with a GPU plugin they always refuse: its driver was initialised when torch_fl
+  loaded). The spawn and forkserver launchers move a model that is on fl to the CPU for the
+  trip and back afterwards (torch.multiprocessing can only share CPU and CUDA tensors; each
+  process moves it to its own device anyway);
 - the batch-size finder (Tuner.scale_batch_size) recognises only CUDA's and the CPU
   allocator's out-of-memory messages; it also recognises fl's, so the search stops at the
   largest batch that fits instead of failing.
@@ -165,7 +166,8 @@ def _wrap_connector() -> None:
             rank_zero_info(
                 f"Trainer will use only 1 of {self.accelerator.auto_device_count()} fl devices because it is "
                 "running inside an interactive / notebook environment. Pass `devices=N` to use more (with "
-                "strategy='ddp_notebook', before any fl tensor is created in this process).")
+                "strategy='ddp_notebook' on CPU-plugin devices, before any fl tensor is created in this "
+                "process; a GPU plugin's devices cannot be forked to).")
             return
         set_devices_if_auto(self)
 
@@ -189,36 +191,46 @@ def _wrap_connector() -> None:
 
 # ---- process launchers: fork and spawn --------------------------------------------------
 
-def _fl_was_used() -> bool:
-    """Whether this process has allocated memory on an fl device (the allocator's cumulative
-    count, which device_count(), set_device() and memory_stats() leave at 0: they start no
-    stream worker thread, and a child forked after them works). Conservative, like Lightning's
-    CUDA check: a process that allocated but never ran an op would still fork fine."""
-    return any(torch.fl.memory_stats(i).get("allocation.all.allocated", 0) > 0
-               for i in range(torch.fl.device_count()))
+def _fork_refusal(devices: list[torch.device]) -> str | None:
+    """Why a child forked now could not use `devices`, or None. A device of a GPU plugin
+    (cuda, hip, ascend) never can: its driver was initialised when torch_fl loaded (the plugin
+    probed it), and a driver does not survive fork. A CPU-plugin device can until this process
+    allocated fl memory (the binding's own rule, torch.fl._is_in_bad_fork in the child): from
+    then on a child has the runtime's state but not its stream threads."""
+    drivers = sorted({torch.fl.get_device_properties(d)["plugin"] for d in devices} - {"cpu"})
+    if drivers:
+        return (f"the {', '.join(drivers)} plugin's driver was initialised when torch_fl loaded, and a "
+                "driver does not survive fork")
+    if torch_fl._C.was_used():
+        return ("this process has used an fl device, and a forked child has the fl runtime's state but not "
+                "its worker threads")
+    return None
 
 
-def _check_fl_fork() -> None:
-    if _fl_was_used():
-        message = ("Lightning can't fork new processes (strategy='ddp_fork' or 'ddp_notebook') once this "
-                   "process has used an fl device: a forked child inherits the fl runtime's state but not "
-                   "its worker threads, and would wait forever on its first fl operation. Do not create "
-                   "fl tensors or move the model to an fl device before `fit`, or use strategy='ddp' "
-                   "(in a script) or 'ddp_spawn'.")
+def _check_fl_fork(devices: list[torch.device]) -> None:
+    reason = _fork_refusal(devices)
+    if reason is not None:
+        message = (f"Lightning can't fork new processes (strategy='ddp_fork' or 'ddp_notebook') on these fl "
+                   f"devices: {reason}. Use strategy='ddp' (in a script) or 'ddp_spawn'.")
         if _connector_module._IS_INTERACTIVE:
             message += " You will have to restart the Python kernel."
         raise RuntimeError(message)
 
 
-def _modules_to_cpu(collection: Any) -> None:
-    """Moves the parameters and buffers of the modules in `collection` (the LightningModule that
-    `fit` hands to the launcher) off fl devices, in place."""
+def _modules_to_cpu(collection: Any) -> list[tuple[torch.nn.Module, torch.device]]:
+    """Moves the modules in `collection` (the LightningModule that `fit` hands to the
+    launcher) that are on an fl device to the CPU, in place; returns them with their device."""
+    moved = []
+
     def to_cpu(module: torch.nn.Module) -> torch.nn.Module:
-        if any(t.device.type == "fl" for t in (*module.parameters(), *module.buffers())):
+        on_fl = [t.device for t in (*module.parameters(), *module.buffers()) if t.device.type == "fl"]
+        if on_fl:
+            moved.append((module, on_fl[0]))
             module.cpu()
         return module
 
     apply_to_collection(collection, torch.nn.Module, to_cpu)
+    return moved
 
 
 def _wrap_launcher() -> None:
@@ -228,16 +240,22 @@ def _wrap_launcher() -> None:
     launch = launcher_cls.launch
 
     def _launch(self, function, *args, trainer=None, **kwargs):
+        moved = []
         if isinstance(self._strategy.accelerator, FlAccelerator):
             # Only "fork" copies this process; a "forkserver" child is forked from a fresh server.
             if self._start_method == "fork":
-                _check_fl_fork()
-            elif self._start_method == "spawn":
+                _check_fl_fork(self._strategy.parallel_devices or [])
+            elif self._start_method in ("spawn", "forkserver"):
                 # The arguments are pickled through torch.multiprocessing, which has no way to
-                # share an fl tensor ("_share_fd_: only available on CPU"). The model ends on
-                # the CPU after a spawn fit in any case (rank 0's weights are loaded into it).
-                _modules_to_cpu((args, kwargs))
-        return launch(self, function, *args, trainer=trainer, **kwargs)
+                # share an fl tensor ("_share_fd_: only available on CPU"): the model travels
+                # on the CPU and returns to its device afterwards (rank 0's weights are loaded
+                # into it where it is, as for a CUDA model).
+                moved = _modules_to_cpu((args, kwargs))
+        try:
+            return launch(self, function, *args, trainer=trainer, **kwargs)
+        finally:
+            for module, device in moved:
+                module.to(device)
 
     launcher_cls.launch = _launch
     launcher_cls._torch_fl_wrapped = True

@@ -104,7 +104,10 @@ precision) if the split must not change results beyond half-precision rounding.
 
 Not done: buffers (BatchNorm running statistics) are those the master computed on its own
 shard, as in torch.nn.DataParallel (on a step that leaves the master out, those of the device
-that computed the largest shard); random state (dropout) differs per device; no gradient
+that computed the largest shard); random state (dropout): each device draws from its own
+generator, and after torch.manual_seed every fl device's starts from that seed, so shards of one
+shape on two devices draw the same masks in a step (as CUDA devices do under DataParallel);
+no gradient
 bucketing/overlap of communication with backward (the reduction starts after every replica's
 backward ends, parameter by parameter); inputs are split on dim 0 only; one process, so
 every device's Python dispatch shares one interpreter (launch-bound models do not scale).
@@ -262,6 +265,22 @@ def step_timeline_summary(timeline: Sequence[dict]) -> dict[str, dict]:
     return out
 
 
+def _fold_small_shards(sizes: list[int], min_rows: int) -> list[int]:
+    """`sizes` with every shard smaller than `min_rows` moved into the largest one: batch norm in
+    training needs more than one value per channel, so a split that hands a device one row (an
+    epoch's short last batch, or a granularity's last piece) failed with BatchNorm's "Expected
+    more than 1 value per channel"."""
+    if min_rows <= 1:
+        return sizes
+    sizes = list(sizes)
+    for i in sorted(range(len(sizes)), key=lambda k: sizes[k]):
+        if 0 < sizes[i] < min_rows and sum(n > 0 for n in sizes) > 1:
+            largest = max((k for k in range(len(sizes)) if k != i), key=lambda k: sizes[k])
+            sizes[largest] += sizes[i]
+            sizes[i] = 0
+    return sizes
+
+
 class ThroughputBalancer:
     """Splits a batch over devices from a per-device step-time model, and keeps a device set
     only while it measures faster than the fastest device alone.
@@ -315,6 +334,10 @@ class ThroughputBalancer:
         self.ema = ema
         self.probe_every = max(int(probe_every), 1)
         self.probe_limit = float(probe_limit)
+        # The fewest rows a shard may have (2 for a model with batch norm, set by
+        # HeteroDataParallel): split() folds smaller ones into the largest, so that the plan's
+        # device set is the one that runs and is recorded.
+        self.min_rows = 1
         self.overhead = [0.0] * num_devices       # a_i, seconds
         self.per_sample = [1.0] * num_devices     # b_i, seconds per sample
         self.transfer = [0.0] * num_devices       # c_i, seconds
@@ -471,7 +494,7 @@ class ThroughputBalancer:
             j = min(chosen, key=lambda i: self._fixed(i) + self._rate(i) * (sizes[i] + piece))
             sizes[j] += piece
             left -= piece
-        return sizes
+        return _fold_small_shards(sizes, self.min_rows)
 
     def fastest_alone(self) -> int | None:
         """The device with the lowest measured time per sample alone (None before calibration)."""
@@ -1099,7 +1122,7 @@ class HeteroDataParallel:
             order = sorted(range(len(sizes)), key=lambda i: -self.fixed_split[i])
             for k in range(batch_size - sum(sizes)):
                 sizes[order[k % len(order)]] += 1
-            return self._fold_small_shards(sizes)
+            return _fold_small_shards(sizes, self._min_shard_rows)
         due = self.rebalance_every > 0 and self.steps % self.rebalance_every == 0
         if self._rerun is not None and self._rerun[0] == batch_size:
             sizes, self._rerun = self._rerun[1], None
@@ -1120,23 +1143,8 @@ class HeteroDataParallel:
                 warm = self._warm_split.get((batch_size, self._device_set(sizes)))
                 if warm is not None and self._cold_shards(sizes):
                     sizes = list(warm)
-            self._shards_for[batch_size] = self._fold_small_shards(sizes)
+            self._shards_for[batch_size] = sizes
         return self._shards_for[batch_size]
-
-    def _fold_small_shards(self, sizes: list[int]) -> list[int]:
-        """Moves a shard smaller than the module can train on into the largest one: batch norm
-        in training needs more than one value per channel, so a split that hands a device one
-        row (an epoch's short last batch, or a granularity's last piece) failed with BatchNorm's
-        "Expected more than 1 value per channel"."""
-        if self._min_shard_rows <= 1:
-            return sizes
-        sizes = list(sizes)
-        for i in sorted(range(len(sizes)), key=lambda k: sizes[k]):
-            if 0 < sizes[i] < self._min_shard_rows and sum(n > 0 for n in sizes) > 1:
-                largest = max((k for k in range(len(sizes)) if k != i), key=lambda k: sizes[k])
-                sizes[largest] += sizes[i]
-                sizes[i] = 0
-        return sizes
 
     @staticmethod
     def _device_set(sizes: Sequence[int]) -> tuple[int, ...]:
@@ -1201,7 +1209,7 @@ class HeteroDataParallel:
         # Before any shard starts (a replica's loss may add into them; see _reduce_gradients).
         self._clear_master_grads()
         self._scaler = scaler if scaler is not None and scaler.is_enabled() else None
-        if self._scaler is not None:
+        if self._scaler is not None and getattr(self._scaler, "_scale", None) is None:
             # GradScaler creates its scale on first use: here, not in several shards' threads at once.
             self._scaler.scale(torch.ones((), device=self.reduce_device))
         sizes = self._shard_sizes(batch)
@@ -1490,6 +1498,7 @@ class HeteroDataParallel:
         # Batch norm in training needs two rows of a shard (of 2-d inputs; _fold_small_shards).
         self._min_shard_rows = 2 if any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                         for m in self._master_modules) else 1
+        self.balancer.min_rows = self._min_shard_rows
         self._seen_flags: list[bool] | None = None  # the flags the replicas last took (None: walk)
         self._seen_modes: list[bool] | None = None
         self._master_tensors = self._master_params + list(self.module.buffers())

@@ -719,6 +719,21 @@ def test_a_dataclass_batch_is_split_along_its_fields_and_equals_the_big_batch():
         hdp.close()
 
 
+def test_a_dataclass_that_cannot_be_rebuilt_per_shard_is_refused_clearly():
+    from torch_fl.parallel import _split_batch
+
+    @dataclasses.dataclass
+    class WithInitVar:
+        features: torch.Tensor
+        scale: dataclasses.InitVar[float]
+
+        def __post_init__(self, scale):
+            self.factor = scale
+
+    with pytest.raises(TypeError, match="cannot rebuild a WithInitVar per shard"):
+        _split_batch(WithInitVar(torch.zeros(4, 2), 0.5), [2, 2])
+
+
 @pytest.mark.parametrize("split", [None, [1, 1]], ids=["measured", "fixed"])
 def test_targets_may_be_none_when_the_loss_needs_only_the_output(split):
     xs, _ = _data(torch.float64, steps=2, batch=40)

@@ -664,7 +664,11 @@ def _rebuild(value: Any, items: list[Any]) -> Any:
         return type(value)(*items)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         names = [f.name for f in dataclasses.fields(value) if f.init]
-        return dataclasses.replace(value, **dict(zip(names, items)))
+        try:
+            return dataclasses.replace(value, **dict(zip(names, items)))
+        except ValueError as error:  # an InitVar without a default: replace() needs its value
+            raise TypeError(f"HeteroDataParallel cannot rebuild a {type(value).__name__} per shard ({error}); "
+                            "pass its tensors in a dict, a tuple or a dataclass without InitVar fields") from error
     base = tuple if isinstance(value, tuple) else list
     if type(value) is base:
         return base(items)

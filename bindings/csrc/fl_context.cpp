@@ -10,10 +10,8 @@
 
 namespace fl::binding {
 namespace {
-thread_local c10::DeviceIndex tls_current_device = 0;
-}
 
-namespace {
+thread_local c10::DeviceIndex tls_current_device = 0;
 
 // Fork: a child has the parent's memory but not its threads (the CPU plugin's stream workers,
 // a driver's) nor a usable driver context, so its first fl op would wait forever. As CUDA does

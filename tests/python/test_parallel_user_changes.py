@@ -38,6 +38,20 @@ def _sgd(params):
     return torch.optim.SGD(params, lr=0.1)
 
 
+def _trained_alone(model: nn.Module, device: str, batches, before_step=None) -> nn.Module:
+    """The reference: `model` trained on `device` alone by a plain loop, one whole batch a step
+    (`before_step(model)` between backward and step, as HeteroDataParallel's argument)."""
+    model = model.to(device)
+    optimizer = _sgd(model.parameters())
+    for x, y in batches:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x.to(device)), y.to(device)).backward()
+        if before_step is not None:
+            before_step(model)
+        optimizer.step()
+    return model
+
+
 def _reference_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> None:
     opt.zero_grad()
     F.cross_entropy(model(x.to("fl:0")), y.to("fl:0")).backward()
@@ -253,12 +267,7 @@ def test_batch_norm_statistics_follow_steps_that_leave_the_master_out():
     # The split gives the master no rows: its statistics must still follow training (they had
     # stayed at their initial values, so evaluation ran on mean 0 and variance 1).
     batches = _batches(3)
-    reference = _bn_model().to("fl:1")
-    optimizer = _sgd(reference.parameters())
-    for x, y in batches:
-        optimizer.zero_grad()
-        F.cross_entropy(reference(x.to("fl:1")), y.to("fl:1")).backward()
-        optimizer.step()
+    reference = _trained_alone(_bn_model(), "fl:1", batches)
     hdp = HeteroDataParallel(_bn_model(), ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", split=[0, 1])
     try:
         for x, y in batches:
@@ -335,14 +344,9 @@ def test_a_loss_that_reads_the_master_parameters_gets_their_whole_gradient(split
 
 def test_before_step_sees_the_whole_batch_gradient_and_can_clip_it():
     batches = _batches(3)
-    reference = _mlp().to("fl:0")
-    optimizer = _sgd(reference.parameters())
-    for x, y in batches:
-        optimizer.zero_grad()
-        F.cross_entropy(reference(x.to("fl:0")), y.to("fl:0")).backward()
-        nn.utils.clip_grad_norm_(reference.parameters(), 0.05)
-        optimizer.step()
-    unclipped = _mlp()
+    reference = _trained_alone(_mlp(), "fl:0", batches,
+                               before_step=lambda m: nn.utils.clip_grad_norm_(m.parameters(), 0.05))
+    initial = _mlp()
     hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], _sgd, reduce_device="fl:0", split=[3, 1])
     norms = []
     try:
@@ -350,10 +354,10 @@ def test_before_step_sees_the_whole_batch_gradient_and_can_clip_it():
             hdp.train_step(x, y, F.cross_entropy,
                            before_step=lambda m: norms.append(float(nn.utils.clip_grad_norm_(m.parameters(), 0.05))))
         assert len(norms) == 3 and all(n > 0.05 for n in norms)  # clipping did something
-        for got, want, before in zip(hdp.module.parameters(), reference.parameters(), unclipped.parameters()):
+        for got, want in zip(hdp.module.parameters(), reference.parameters()):
             torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=0, atol=1e-12)
-        assert not all(torch.equal(p.detach().cpu(), q) for p, q in
-                       zip(hdp.module.parameters(), [q.detach() for q in unclipped.parameters()]))
+        assert not all(torch.equal(p.detach().cpu(), q.detach()) for p, q in
+                       zip(hdp.module.parameters(), initial.parameters()))  # the steps moved them
     finally:
         hdp.close()
 

@@ -52,7 +52,7 @@ from lightning.pytorch.tuner import batch_size_scaling as _batch_size_scaling
 from lightning.pytorch.utilities import memory as _memory
 from lightning.pytorch.utilities.rank_zero import rank_zero_info
 
-import torch_fl  # noqa: F401 - registers the fl device
+import torch_fl  # registers the fl device; its _C says whether this process used fl
 from . import distributed as _distributed
 
 __all__ = ["FlAccelerator", "register"]

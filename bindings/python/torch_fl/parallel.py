@@ -940,10 +940,9 @@ class HeteroDataParallel:
 
     def _follow_master(self) -> None:
         """Before a step: the replicas take the master's train/eval modes and requires_grad
-        flags (set on `hdp.module` after wrapping), a master parameter frozen since keeps no
-        gradient (zero_grad's rule), and when a tensor of the master was written in place
-        since the replicas last received it (weight clipping under torch.no_grad(), say),
-        every replica pulls it again before it next computes. The master's flags are read in
+        flags (set on `hdp.module` after wrapping), and when a tensor of the master was written
+        in place since the replicas last received it (weight clipping under torch.no_grad(),
+        say), every replica pulls it again before it next computes. The master's flags are read in
         one pass each and the replicas walked only when they changed (walking every module
         pair each step cost ~2 ms for 150 modules here)."""
         flags = [p.requires_grad for p in self._master_params]
@@ -957,10 +956,6 @@ class HeteroDataParallel:
                     if mine.requires_grad != theirs.requires_grad:
                         mine.requires_grad_(theirs.requires_grad)
             self._seen_flags, self._seen_modes = flags, modes
-        if not all(flags):
-            for p, trainable in zip(self._master_params, flags):
-                if not trainable and p.grad is not None:
-                    p.grad = None
         if self._non_master and self._master_versions and self._versions() != self._master_versions:
             self._stale = set(self._non_master)
 
@@ -1372,7 +1367,6 @@ class HeteroDataParallel:
             return  # the master alone computed the whole batch: its gradients are the result
         params = self._master_params
         ks = self._trainable  # taken by train_step for this step, as the shipped gradients were
-        # The master's own gradients (when it computed a shard) are the sums' start, in place.
         # The master's gradients are the sums' start, in place: its own shard's when it computed
         # one, and what a loss that reads the master's parameters (a regulariser) added from
         # any shard; None where there is neither (cleared before the step's shards started).
@@ -1581,6 +1575,8 @@ class HeteroDataParallel:
         self._pool.shutdown(wait=True)
 
     def _clear_master_grads(self) -> None:
+        """As zero_grad(set_to_none=True) on the master, frozen parameters included (a parameter
+        frozen after wrapping keeps no stale gradient that the optimizer would apply)."""
         for p in self._master_params:
             p.grad = None
 

@@ -18,6 +18,8 @@
 #   bench_compare bench/compare.py --native cuda:0 --fl fl:0
 #   profile       bench/profile_step.py per training model, cuda:0 then fl:0
 #   check_ops     tools/gpu/check_against_cpu.py: ops and an AdamW step against PyTorch's CPU
+#   mixed_plugins tools/gpu/check_mixed_plugins.py: seeded dropout on each plugin, HeteroDataParallel
+#                 across the CPU and CUDA plugins against a plain loop on the GPU, the fork guard
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
 #   hetero_target the H200 target as the ninth session measured it: the wide-MLP example
@@ -185,6 +187,11 @@ both_plugins_env() {
 
 first_device_of() {  # first_device_of PLUGIN -> fl:N
   "$PY" -c "import sys, torch_fl; print(next(d['device'] for d in torch_fl.list_devices() if d['plugin'] == sys.argv[1]))" "$1"
+}
+
+step_mixed_plugins() {
+  both_plugins_env
+  timeout 120 "$PY" tools/gpu/check_mixed_plugins.py
 }
 
 step_hetero() {

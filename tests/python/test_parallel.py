@@ -802,6 +802,24 @@ def test_debug_mode_detects_diverged_replicas():
         hdp.close()
 
 
+def test_a_replica_that_pulls_its_update_lazily_checks_identical_after_a_step():
+    # A replica of another kind than the master (here the native CPU beside fl:0; on the H200
+    # machine a CPU-plugin device beside a CUDA master) receives each update when it next
+    # computes, so after a step it still holds the weights before it: the check compares the
+    # state it computes from, not that lag.
+    xs, ys = _data(torch.float32, steps=2, batch=16)
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "cpu"], _optimizer, split=[1, 1], reduce_device="fl:0")
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        host = next(hdp.replicas[1].parameters())
+        assert not torch.equal(host.detach(), next(hdp.module.parameters()).detach().cpu())  # the lag
+        hdp.assert_replicas_identical()
+        assert torch.equal(host.detach(), next(hdp.module.parameters()).detach().cpu())
+    finally:
+        hdp.close()
+
+
 def test_checkpoint_resume_equals_uninterrupted_run():
     dtype = torch.float32
     xs, ys = _data(dtype, steps=6, batch=24)

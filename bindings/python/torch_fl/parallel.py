@@ -1005,10 +1005,17 @@ class HeteroDataParallel:
         self._stale.discard(index)
 
     def assert_replicas_identical(self, replicas: Iterable[int] | None = None) -> None:
+        """Raises AssertionError naming the first replica (all by default) and state tensor
+        that differ from the master's. A replica that has not yet received the master's last
+        update (one of another plugin than the master's receives it when it next computes, and
+        so does one that sat the last step out) receives it first: what is checked is the
+        state it computes from."""
         master = [t.detach().cpu() for t in self._state_tensors(self.module)]
         for i in (range(len(self.replicas)) if replicas is None else replicas):
             if self.replicas[i] is self.module:
                 continue
+            if i in self._stale:
+                self._copy_from_master(i)
             for k, t in enumerate(self._state_tensors(self.replicas[i])):
                 if not torch.equal(t.detach().cpu(), master[k]):
                     raise AssertionError(f"replica on {self.devices[i]} differs from the master in tensor {k}")

@@ -3,6 +3,8 @@
 
     python _lightning_fit.py DEVICES STRATEGY PRECISION OUT_JSON
 
+DEVICES is a count ("2") or device indices with a comma ("1," for fl:1 alone, "0,1").
+
 Writes, per rank, OUT_JSON.rank<N> with the device each training step ran on, the losses, the
 strategy and precision plugin names and the final parameters' checksum."""
 from __future__ import annotations
@@ -61,7 +63,9 @@ def fit(devices, strategy: str = "auto", precision: str = "32-true", epochs: int
 
 
 def main() -> None:
-    devices, strategy, precision, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+    # DEVICES: a count ("2"), or indices with a comma ("1," is fl:1 alone; "0,1").
+    devices = [int(d) for d in sys.argv[1].split(",") if d] if "," in sys.argv[1] else int(sys.argv[1])
+    strategy, precision, out = sys.argv[2], sys.argv[3], sys.argv[4]
     trainer, model = fit(devices, strategy, precision)
     result = {
         "rank": trainer.global_rank,

@@ -20,6 +20,9 @@
 #   check_ops     tools/gpu/check_against_cpu.py: ops and an AdamW step against PyTorch's CPU
 #   mixed_plugins tools/gpu/check_mixed_plugins.py: seeded dropout on each plugin, HeteroDataParallel
 #                 across the CPU and CUDA plugins against a plain loop on the GPU, the fork guard
+#   lightning     tests/python/_lightning_fit.py on the CUDA device (32-true, bf16-mixed) and
+#                 strategy="ddp" over the CPU-plugin and CUDA devices (one rank each); Lightning's
+#                 pure-Python packages come from .lightning-site (carry it; see step_lightning)
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
 #   hetero_target the issue's H200 target as the ninth session measured it: the wide-MLP example
@@ -192,6 +195,39 @@ first_device_of() {  # first_device_of PLUGIN -> fl:N
 step_mixed_plugins() {
   both_plugins_env
   timeout 120 "$PY" tools/gpu/check_mixed_plugins.py
+}
+
+# The GPU machine's venv has no Lightning; here: pip install --no-deps --target .lightning-site
+# lightning==2.6.6 lightning-utilities torchmetrics tqdm (pure Python), appended to the path
+# so that the venv's own packages come first.
+step_lightning() {
+  both_plugins_env
+  [[ -d .lightning-site ]] && export PYTHONPATH="$PYTHONPATH:$ROOT/.lightning-site"
+  export FL_CPU_DEVICES=1
+  local rc=0 cuda run
+  cuda="$(first_device_of cuda)"
+  for run in "${cuda#fl:}, auto 32-true single" "${cuda#fl:}, auto bf16-mixed bf16" "2 ddp 32-true ddp"; do
+    set -- $run
+    echo "== _lightning_fit.py devices=$1 strategy=$2 precision=$3"
+    timeout 180 "$PY" tests/python/_lightning_fit.py "$1" "$2" "$3" "$OUT/lightning_$4.json" || rc=1
+  done
+  "$PY" - "$OUT" <<'PYEOF' || rc=1
+import glob, json, sys
+runs = {}
+for path in sorted(glob.glob(sys.argv[1] + "/lightning_*.json.rank*")):
+    r = json.load(open(path))
+    runs[path.rsplit("/", 1)[1]] = r
+    print(f"{path.rsplit('/', 1)[1]}: {r['strategy']} on {r['root_device']} (backend {r['backend']}), "
+          f"steps on {r['devices_seen']}, loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
+ddp = [r for k, r in runs.items() if k.startswith("lightning_ddp")]
+ok = len(runs) == 4 and all(r["losses"][-1] < r["losses"][0] for r in runs.values())
+if len(ddp) == 2:
+    same = ddp[0]["params"] == ddp[1]["params"]
+    print(f"ddp ranks on {ddp[0]['root_device']} and {ddp[1]['root_device']}: parameters identical {same}")
+    ok = ok and same
+sys.exit(0 if ok else 1)
+PYEOF
+  return $rc
 }
 
 step_hetero() {

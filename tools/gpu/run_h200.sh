@@ -23,6 +23,8 @@
 #   lightning     tests/python/_lightning_fit.py on the CUDA device (32-true, bf16-mixed) and
 #                 strategy="ddp" over the CPU-plugin and CUDA devices (one rank each); Lightning's
 #                 pure-Python packages come from .lightning-site (carry it; see step_lightning)
+#   flccl_mixed   tools/gpu/nccl_check.py --mixed: torch.distributed on fl with a CPU-plugin rank and a
+#                 CUDA-plugin rank (every collective, DDP against the big batch)
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
 #   hetero_target the H200 target as the ninth session measured it: the wide-MLP example
@@ -228,6 +230,11 @@ if len(ddp) == 2:
 sys.exit(0 if ok else 1)
 PYEOF
   return $rc
+}
+
+step_flccl_mixed() {
+  both_plugins_env
+  FL_CPU_DEVICES=1 timeout 300 "$PY" tools/gpu/nccl_check.py --mixed
 }
 
 step_hetero() {

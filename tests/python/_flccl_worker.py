@@ -195,6 +195,34 @@ def train_ddp(rank: int, world: int, dev: torch.device, out: str) -> None:
     print("ok ddp", flush=True)
 
 
+def check_resync(rank: int, world: int, dev: torch.device) -> None:
+    """Replicas (and SGD momentum) that drifted apart by a rank-dependent amount, as on ranks of
+    different plugins, hold rank 0's bits again after torch_fl.distributed.resync."""
+    model = make_model().to(dev)
+    opt = make_optimizer(model.parameters())
+    x, y = make_data()[0]
+    F.cross_entropy(model(x.to(dev)), y.to(dev)).backward()
+    opt.step()  # the momentum buffers exist now
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(rank * 1e-6)
+            opt.state[p]["momentum_buffer"].add_(rank * 1e-6)
+
+    def flat() -> torch.Tensor:
+        params = list(model.parameters())
+        return torch.cat([p.detach().cpu().flatten() for p in params]
+                         + [opt.state[p]["momentum_buffer"].cpu().flatten() for p in params])
+
+    before = flat()
+    torch_fl.distributed.resync(nn.parallel.DistributedDataParallel(model), opt)
+    after = flat()
+    gathered = [torch.zeros_like(after) for _ in range(world)]
+    dist.all_gather(gathered, after)
+    assert all(torch.equal(g, gathered[0]) for g in gathered), "resync left the ranks different"
+    assert torch.equal(after, before) == (rank == 0), "resync must keep rank 0's bits and replace the others'"
+    print("ok resync", flush=True)
+
+
 def main() -> None:
     rank, world, init_file, backend, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     # FL_WORKER_DEVICES="1,2": rank r trains on the r-th listed fl device (default: fl:rank).
@@ -210,6 +238,7 @@ def main() -> None:
     assert expected_route is None or route == expected_route, (route, expected_route)
     check_collectives(rank, world, dev)
     train_ddp(rank, world, dev, out)
+    check_resync(rank, world, dev)
     dist.destroy_process_group()
 
 

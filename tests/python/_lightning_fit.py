@@ -52,12 +52,22 @@ def make_loader(batch_size: int = 32) -> DataLoader:
     return DataLoader(TensorDataset(x, y), batch_size=batch_size)
 
 
-def fit(devices, strategy: str = "auto", precision: str = "32-true", epochs: int = 4):
+class Drift(L.Callback):
+    """After each step, rank r adds r * 1e-6 to every parameter: the last-bit drift of ranks
+    whose plugins round differently, made large enough to see on two CPU-plugin ranks."""
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        with torch.no_grad():
+            for p in pl_module.parameters():
+                p.add_(trainer.global_rank * 1e-6)
+
+
+def fit(devices, strategy: str = "auto", precision: str = "32-true", epochs: int = 4, callbacks=()):
     torch.manual_seed(0)
     model = TinyClassifier()
     trainer = L.Trainer(accelerator="fl", devices=devices, strategy=strategy, precision=precision,
                         max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False,
-                        logger=False, enable_model_summary=False)
+                        logger=False, enable_model_summary=False, callbacks=list(callbacks))
     trainer.fit(model, make_loader())
     return trainer, model
 
@@ -66,7 +76,12 @@ def main() -> None:
     # DEVICES: a count ("2"), or indices with a comma ("1," is fl:1 alone; "0,1").
     devices = [int(d) for d in sys.argv[1].split(",") if d] if "," in sys.argv[1] else int(sys.argv[1])
     strategy, precision, out = sys.argv[2], sys.argv[3], sys.argv[4]
-    trainer, model = fit(devices, strategy, precision)
+    # FL_FIT_DRIFT=1 adds Drift; FL_FIT_RESYNC_EVERY=N then torch_fl.lightning.ResyncReplicas(N).
+    callbacks = [Drift()] if os.environ.get("FL_FIT_DRIFT") == "1" else []
+    if os.environ.get("FL_FIT_RESYNC_EVERY"):
+        from torch_fl.lightning import ResyncReplicas
+        callbacks.append(ResyncReplicas(int(os.environ["FL_FIT_RESYNC_EVERY"])))
+    trainer, model = fit(devices, strategy, precision, callbacks=callbacks)
     result = {
         "rank": trainer.global_rank,
         "world_size": trainer.world_size,
@@ -76,6 +91,7 @@ def main() -> None:
         "devices_seen": sorted(model.devices_seen),
         "losses": model.losses,
         "params": [p.detach().cpu().double().sum().item() for p in model.parameters()],
+        "resyncs": sum(getattr(c, "resyncs", 0) for c in trainer.callbacks),
     }
     with open(f"{out}.rank{trainer.global_rank}", "w") as f:
         json.dump(result, f)

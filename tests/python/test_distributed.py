@@ -3,6 +3,7 @@ and fl:1 check every collective against expected values and train with Distribut
 the parameters must be identical across ranks and equal to a single-process big-batch run."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -20,7 +21,7 @@ from torch_fl._native_collectives import unavailable_reason
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _flccl_worker as worker  # noqa: E402
-from conftest import run_python  # noqa: E402
+from conftest import BUILD, run_python  # noqa: E402
 
 
 def test_flccl_is_registered_for_fl_devices():
@@ -111,13 +112,65 @@ def test_two_ranks_collectives_and_ddp(tmp_path, backend):
         for name in ("all_reduce RedOpType.AVG", "all_gather_into_tensor", "reduce_scatter_tensor MAX",
                      "broadcast", "barrier", "ddp", "batch_isend_irecv", "all_gather_coalesced[1][1]",
                      "all_to_all_single uneven", "all_to_all[1]", "dtype mismatch refused",
-                     "all_reduce complex64"):
+                     "all_reduce complex64", "resync"):
             assert f"ok {name}" in log, log[-3000:]
     assert "ok recv from any rank" in logs[-1], logs[-1][-3000:]  # the last rank receives
     for a, b in zip(*params):
         assert torch.equal(a, b)  # ranks agree bit for bit
     for got, expected in zip(params[0], _single_process_reference()):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+
+
+MIXED_RANK_CODE = r"""
+import json, sys, warnings
+import torch, torch.distributed as dist, torch.nn as nn
+import torch_fl, torch_fl.distributed
+rank, init = int(sys.argv[1]), sys.argv[2]
+plugin = ("cpu", "template")[rank]
+dev = torch.device(next(d["device"] for d in torch_fl.list_devices() if d["plugin"] == plugin))
+torch.fl.set_device(dev.index)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    dist.init_process_group("flccl", init_method=f"file://{init}", rank=rank, world_size=2)
+    dist.new_group([0, 1])  # a second group on the same ranks: no second warning
+torch.manual_seed(rank)  # replicas that differ, as after drifting
+model = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm1d(3)).to(dev)
+model(torch.randn(5, 4, device=dev))  # the batch norm's running statistics move
+opt = torch.optim.Adam(model.parameters())
+model[0].weight.sum().backward()
+opt.step()  # Adam's state: exp_avg, exp_avg_sq on the device, step on the host
+torch_fl.distributed.resync(model, opt)
+params = [p.detach().cpu() for p in list(model.parameters()) + list(model.buffers())]
+state = [t.cpu() for p in model.parameters() for t in opt.state[p].values()]
+digest = float(sum(t.double().sum() for t in params + state))
+print(json.dumps({"rank_plugins": dist.group.WORLD.rank_plugins, "digest": digest,
+                  "warnings": [str(w.message) for w in caught if "different plugins" in str(w.message)]}))
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_on_different_plugins_warn_once_and_resync_gives_them_rank_0s_state(tmp_path):
+    """Rank 0 on the CPU plugin, rank 1 on the template plugin: the group names each rank's
+    plugin and warns once that replicas drift; resync copies rank 0's parameters, buffers and
+    Adam state to rank 1 (which started from other weights)."""
+    plugins = [BUILD / "plugins" / "cpu" / "libfl_cpu.so", BUILD / "plugins" / "template" / "libfl_template.so"]
+    if not plugins[1].exists():
+        pytest.skip("the template plugin is not in this build tree")
+    config = tmp_path / "config.yaml"
+    config.write_text("plugins:\n  enable: [cpu, template]\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CONFIG=str(config),
+               FL_CPU_DEVICES="1", FL_PLUGIN_PATH=":".join(str(p) for p in plugins))
+    procs = [subprocess.Popen([sys.executable, "-c", MIXED_RANK_CODE, str(rank), str(tmp_path / "store")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    for r in results:
+        assert r["rank_plugins"] == ["cpu", "template"]
+        assert len(r["warnings"]) == 1 and "rank 0: cpu, rank 1: template" in r["warnings"][0]
+        assert "torch_fl.distributed.resync" in r["warnings"][0]
+    assert results[0]["digest"] == results[1]["digest"]
 
 
 def test_a_group_without_a_backend_serves_fl_and_cpu_tensors(tmp_path):

@@ -131,6 +131,29 @@ def test_ddp_on_two_fl_devices(tmp_path):
         assert sum(r["losses"][-4:]) < 0.9 * sum(r["losses"][:4])
 
 
+@pytest.mark.parametrize("resync_every", [None, 4])
+def test_resync_replicas_gives_drifting_ddp_ranks_rank_0s_parameters(tmp_path, resync_every):
+    # Rank 1 drifts after every step (Drift, as ranks on different plugins do in the last bits);
+    # ResyncReplicas(4) copies rank 0's state at steps 4, 8, 12 and 16, the last one.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CPU_DEVICES="2", FL_FIT_DRIFT="1")
+    env.pop("LOCAL_RANK", None)
+    if resync_every:
+        env["FL_FIT_RESYNC_EVERY"] = str(resync_every)
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(HERE / "_lightning_fit.py"), "2", "ddp", "32-true", str(out)],
+                          env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+    assert [r["resyncs"] for r in ranks] == ([4, 4] if resync_every else [0, 0])
+    assert (ranks[0]["params"] == ranks[1]["params"]) == bool(resync_every)
+
+
+def test_resync_replicas_refuses_a_period_below_one():
+    from torch_fl.lightning import ResyncReplicas
+    with pytest.raises(ValueError, match="every_n_steps must be at least 1, got 0"):
+        ResyncReplicas(0)
+
+
 def test_devices_auto_in_a_notebook_uses_one_fl_device(monkeypatch):
     # Lightning uses one CUDA device for devices="auto" in a notebook, where several would need
     # the fork launcher; fl took every device and forked (which hangs once fl was used there).

@@ -3,7 +3,9 @@ run every collective check and the DDP training of tests/python/_flccl_worker.py
 NCCL route and once host-staged (FL_CCL=gloo), then this script checks that
 
 - each run's route is the one asked for (the worker asserts it);
-- the two ranks hold bit-identical parameters after DDP training;
+- the two ranks hold bit-identical parameters after DDP training (with --mixed, ranks on two
+  vendors' plugins, whose optimizer steps round differently: each within the bound, and the
+  worker's resync check aligns them);
 - those equal a single-process big-batch run on the first CUDA-plugin device (float64,
   |diff| <= 1e-12), on both routes.
 
@@ -89,10 +91,12 @@ def main() -> int:
         for route in routes:
             ranks = run_ranks(devices, route, Path(tmp))
             identical = all(torch.equal(a, b) for a, b in zip(*ranks))
-            diff = max(float((g - e).abs().max()) for g, e in zip(ranks[0], expected))
-            print(f"{route}: ranks bit-identical: {identical}; max |params - single-process big batch| = {diff:.3e}"
-                  f" (bound {bound:.0e})")
-            ok &= identical and diff <= bound
+            diffs = [max(float((g - e).abs().max()) for g, e in zip(params, expected)) for params in ranks]
+            print(f"{route}: ranks bit-identical: {identical}; max |params - single-process big batch| per rank = "
+                  + ", ".join(f"{d:.3e}" for d in diffs) + f" (bound {bound:.0e})")
+            # Across vendors the ranks' optimizer steps round differently, so DDP's replicas may
+            # differ in the last bits (the worker's "ok resync" checked that resync aligns them).
+            ok &= (identical or mixed) and max(diffs) <= bound
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

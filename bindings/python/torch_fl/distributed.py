@@ -41,6 +41,15 @@ The two routes differ where their engines do:
 So float results can differ in the last bits between a machine where the group runs NCCL and
 one where it runs Gloo.
 
+Ranks on different plugins (a CPU-plugin rank beside a CUDA one): the collectives are exact
+(host-staged), but each rank's kernels round as its vendor's do, so a model replicated on every
+rank (DistributedDataParallel, whose replicas stay equal only because every rank runs the same
+step on the same averaged gradients) drifts apart in the last bits, step by step: measured on the
+H200 machine, the optimizer's `param + alpha * update` is fused on the GPU and rounded twice on the
+CPU plugin. `FlProcessGroup.rank_plugins` names each rank's plugin; a group whose ranks use
+different plugins warns once, and `resync(model, optimizer)` copies rank 0's parameters, buffers
+and optimizer state to every rank (in Lightning, `torch_fl.lightning.ResyncReplicas`).
+
 Not done (written here so that nobody relies on it):
 - Host-staged collectives run synchronously: the returned Work is already complete, so
   async_op=True gives no overlap with computation, and DDP's all-reduce does not overlap
@@ -57,7 +66,8 @@ import datetime
 import hashlib
 import os
 import socket
-from typing import Any, Callable
+import warnings
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -65,7 +75,7 @@ from torch._C._distributed_c10d import _create_work_from_future
 
 from torch_fl._native_collectives import NativeCollectives, unavailable_reason
 
-__all__ = ["BACKEND_NAME", "FlProcessGroup", "create_flccl_process_group", "register"]
+__all__ = ["BACKEND_NAME", "FlProcessGroup", "create_flccl_process_group", "register", "resync"]
 
 BACKEND_NAME = "flccl"
 
@@ -179,6 +189,25 @@ class FlProcessGroup(dist.ProcessGroup):
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
         self._register_backend(torch.device("fl"), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
         self._native = self._agree_on_native_route(store, timeout)
+        self.rank_plugins = self._gather_plugins()
+        _warn_if_plugins_differ(self.rank_plugins)
+
+    _PLUGIN_NAME_BYTES = 64
+
+    def _gather_plugins(self) -> list[str]:
+        """Each rank's plugin (of its current fl device when the group is created; "" for a
+        rank without fl devices), in rank order, all-gathered over Gloo."""
+        import torch_fl
+
+        name = ""
+        if torch_fl._C.device_count() > 0:
+            name = torch.fl.get_device_properties(torch_fl._C.current_device())["plugin"]
+        mine = torch.zeros(self._PLUGIN_NAME_BYTES, dtype=torch.uint8)
+        encoded = name.encode()[: self._PLUGIN_NAME_BYTES]
+        mine[: len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        names = [torch.zeros_like(mine) for _ in range(self._size)]
+        self._gloo.allgather([names], [mine]).wait()
+        return [bytes(n.tolist()).rstrip(b"\0").decode(errors="replace") for n in names]
 
     def _agree_on_native_route(self, store: dist.Store, timeout: datetime.timedelta) -> NativeCollectives | None:
         """NCCL for fl tensors when every rank can use it (see the module's docstring). Every
@@ -491,6 +520,54 @@ class FlProcessGroup(dist.ProcessGroup):
 
     def monitored_barrier(self, timeout: Any = None, wait_all_ranks: bool = False) -> None:
         self._gloo.barrier(dist.BarrierOptions()).wait()
+
+
+_warned_mixed_plugins = False
+
+
+def _warn_if_plugins_differ(rank_plugins: list[str]) -> None:
+    """Warns once per process when the ranks compute on different plugins (see the module's
+    docstring: replicated models drift in the last bits)."""
+    global _warned_mixed_plugins
+    if _warned_mixed_plugins or len({p for p in rank_plugins if p}) < 2:
+        return
+    _warned_mixed_plugins = True
+    ranks = ", ".join(f"rank {r}: {p or 'no fl device'}" for r, p in enumerate(rank_plugins))
+    warnings.warn(f"flccl: the ranks compute on different plugins ({ranks}). Their kernels round differently, so a "
+                  "model replicated on every rank (DistributedDataParallel) drifts apart in the last bits as it "
+                  "steps. torch_fl.distributed.resync(model, optimizer) copies rank 0's parameters, buffers and "
+                  "optimizer state to every rank; call it every few hundred steps (in Lightning: the callback "
+                  "torch_fl.lightning.ResyncReplicas).", UserWarning, stacklevel=3)
+
+
+_RESYNC_BUCKET_BYTES = 64 * 1024 * 1024
+
+
+def resync(module: torch.nn.Module,
+           optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None, src: int = 0,
+           group: dist.ProcessGroup | None = None) -> None:
+    """Copies rank `src`'s parameters and buffers of `module` (a DistributedDataParallel is
+    unwrapped), and with `optimizer` (one or a list) its state tensors (momentum, Adam's moments, steps), to
+    every rank of `group` (default: the world), in place, so that replicas that drifted apart
+    in the last bits (ranks on different plugins; see the module's docstring) hold rank `src`'s
+    bits again. Every rank must call it at the same point, with the same model and optimizer
+    structure. Tensors are broadcast in buckets (as DistributedDataParallel's start-up does),
+    per device type."""
+    if isinstance(module, torch.nn.parallel.DistributedDataParallel):
+        module = module.module
+    group = group if group is not None else dist.group.WORLD
+    tensors = [t.detach() for t in module.parameters()] + [b.detach() for b in module.buffers()]
+    optimizers = [] if optimizer is None else [optimizer] if isinstance(optimizer, torch.optim.Optimizer) else optimizer
+    for optimizer in optimizers:
+        for param_group in optimizer.param_groups:
+            for p in param_group["params"]:
+                state = optimizer.state.get(p, {})
+                tensors.extend(state[k].detach() for k in sorted(state) if isinstance(state[k], torch.Tensor))
+    by_type: dict[str, list[torch.Tensor]] = {}
+    for t in tensors:
+        by_type.setdefault(t.device.type, []).append(t)
+    for device_type in sorted(by_type):
+        dist._broadcast_coalesced(group, by_type[device_type], _RESYNC_BUCKET_BYTES, src)
 
 
 def create_flccl_process_group(store: dist.Store, rank: int, size: int,

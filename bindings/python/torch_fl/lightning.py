@@ -26,6 +26,10 @@ What importing this module does:
   loaded). The spawn and forkserver launchers move a model that is on fl to the CPU for the
   trip and back afterwards (torch.multiprocessing can only share CPU and CUDA tensors; each
   process moves it to its own device anyway);
+- `ResyncReplicas(every_n_steps)`, a callback for DDP over ranks of different plugins: it calls
+  torch_fl.distributed.resync every N optimizer steps, so that replicas whose kernels round
+  differently hold rank 0's parameters, buffers and optimizer state again (Lightning adds no
+  callback by itself; flccl warns when the ranks' plugins differ);
 - the batch-size finder (Tuner.scale_batch_size) recognises only CUDA's and the CPU
   allocator's out-of-memory messages; it also recognises fl's, so the search stops at the
   largest batch that fits instead of failing.
@@ -44,6 +48,7 @@ from typing import Any, Union
 import torch
 from lightning_utilities.core.apply_func import apply_to_collection
 from lightning.pytorch.accelerators import Accelerator, AcceleratorRegistry
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 from lightning.pytorch.strategies.launchers import multiprocessing as _launcher_module
@@ -55,7 +60,31 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 import torch_fl  # registers the fl device; its _C says whether this process used fl
 from . import distributed as _distributed
 
-__all__ = ["FlAccelerator", "register"]
+__all__ = ["FlAccelerator", "ResyncReplicas", "register"]
+
+
+class ResyncReplicas(Callback):
+    """Every `every_n_steps` optimizer steps of a multi-process run, copies rank 0's model
+    (parameters, buffers) and optimizers' state to every rank with
+    torch_fl.distributed.resync: for DDP over ranks on different plugins, whose replicas drift
+    apart in the last bits as each vendor's kernels round their own way. Single-process runs
+    are left alone. `resyncs` counts the copies made."""
+
+    def __init__(self, every_n_steps: int = 200) -> None:
+        if int(every_n_steps) < 1:
+            raise ValueError(f"ResyncReplicas: every_n_steps must be at least 1, got {every_n_steps}")
+        self.every_n_steps = int(every_n_steps)
+        self.resyncs = 0
+        self._last_step = 0
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        step = trainer.global_step
+        # With gradient accumulation several batches end at one optimizer step: once per step.
+        if trainer.world_size < 2 or step == self._last_step or step % self.every_n_steps:
+            return
+        self._last_step = step
+        _distributed.resync(pl_module, list(trainer.optimizers))
+        self.resyncs += 1
 
 
 def _parse_fl_devices(devices: Union[int, str, list[int], tuple[int, ...], None]) -> list[int]:

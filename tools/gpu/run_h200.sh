@@ -26,6 +26,8 @@
 #                 pure-Python packages come from .lightning-site (carry it; see step_lightning)
 #   flccl_mixed   tools/gpu/nccl_check.py --mixed: torch.distributed on fl with a CPU-plugin rank and a
 #                 CUDA-plugin rank (every collective, DDP against the big batch)
+#   rounding      tools/gpu/rounding_across_plugins.py: elements not bit-identical between the CPU
+#                 plugin, the CUDA plugin and torch's CPU for an optimizer's elementwise steps
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
 #   hetero_target the H200 target as the ninth session measured it: the wide-MLP example
@@ -243,6 +245,11 @@ PYEOF
 step_flccl_mixed() {
   both_plugins_env
   FL_CPU_DEVICES=1 timeout 300 "$PY" tools/gpu/nccl_check.py --mixed
+}
+
+step_rounding() {
+  both_plugins_env
+  FL_CPU_DEVICES=1 timeout 120 "$PY" tools/gpu/rounding_across_plugins.py
 }
 
 step_hetero() {

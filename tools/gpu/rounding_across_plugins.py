@@ -1,0 +1,45 @@
+"""Where two plugins' float32 results differ in the last bits: the elementwise steps an optimizer
+runs, on the CPU plugin's device, the CUDA plugin's device and PyTorch's own CPU, counting the
+elements that are not bit-identical between each pair. This is why replicas of one model on
+ranks of different plugins drift (torch_fl.distributed.resync realigns them).
+
+    FL_PLUGIN_PATH=build-gpu/plugins/cuda/libfl_cuda.so:build-gpu/plugins/cpu/libfl_cpu.so \\
+        python tools/gpu/rounding_across_plugins.py
+"""
+from __future__ import annotations
+
+import torch
+
+import torch_fl
+
+OPS = {
+    "a.add(b, alpha=-0.3)": lambda a, b: a.add(b, alpha=-0.3),
+    "_foreach_add([a], [b], alpha=-0.3)": lambda a, b: torch._foreach_add([a], [b], alpha=-0.3)[0],
+    "a * 0.9 + b": lambda a, b: a * 0.9 + b,
+    "a.addcmul(b, b, value=0.1)": lambda a, b: a.addcmul(b, b, value=0.1),
+    "a.addcdiv(b, b.abs() + 1, value=-0.01)": lambda a, b: a.addcdiv(b, b.abs() + 1, value=-0.01),
+    "a.lerp(b, 0.1)": lambda a, b: a.lerp(b, 0.1),
+    "b.abs().sqrt()": lambda a, b: b.abs().sqrt(),
+    "a / b": lambda a, b: a / b,
+    "a.exp()": lambda a, b: a.exp(),
+    "a @ b.T (256x256)": lambda a, b: a[: 1 << 16].view(256, 256) @ b[: 1 << 16].view(256, 256).T,
+}
+
+
+def main() -> None:
+    devices = {d["plugin"]: d["device"] for d in torch_fl.list_devices()}
+    if "cpu" not in devices or "cuda" not in devices:
+        raise SystemExit(f"needs the cpu and cuda plugins, found {sorted(devices)}")
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(1 << 20, generator=g), torch.randn(1 << 20, generator=g)
+    print(f"float32, {a.numel()} elements; elements not bit-identical between:")
+    print(f"{'op':40} {'cpu plugin / cuda plugin':>25} {'cpu plugin / torch cpu':>23} {'cuda plugin / torch cpu':>24}")
+    for name, fn in OPS.items():
+        host = fn(a, b)
+        cpu = fn(a.to(devices["cpu"]), b.to(devices["cpu"])).cpu()
+        cuda = fn(a.to(devices["cuda"]), b.to(devices["cuda"])).cpu()
+        print(f"{name:40} {int((cpu != cuda).sum()):>25} {int((cpu != host).sum()):>23} {int((cuda != host).sum()):>24}")
+
+
+if __name__ == "__main__":
+    main()

@@ -99,6 +99,14 @@ __device__ __forceinline__ double copysign_(double x, double y) { return copysig
 __device__ __forceinline__ float abs_(float x) { return fabsf(x); }
 __device__ __forceinline__ double abs_(double x) { return fabs(x); }
 __device__ __forceinline__ int64_t abs_(int64_t x) { return x < 0 ? -x : x; }
+// a * b + c: one rounding for the float types (written out, not left to nvcc's contraction,
+// because the CPU plugin computes the same fused forms, so that replicas of a model on the two
+// plugins step bit-identically: see plugins/cpu/kernels/pointwise_functors.hpp); exact for int64.
+template <class C>
+__device__ __forceinline__ C fma_(C a, C b, C c) {
+  if constexpr (std::is_floating_point_v<C>) return fma(a, b, c);
+  else return a * b + c;
+}
 template <class C>
 __device__ __forceinline__ bool isnan_(C x) {
   if constexpr (std::is_floating_point_v<C>) return x != x;

@@ -14,14 +14,14 @@ template <class C>
 struct AddOp : OpTraits {
   C alpha;
   explicit AddOp(const OpParams& q) : alpha(static_cast<C>(q.a)) {}
-  __device__ C operator()(C a, C b) const { return a + alpha * b; }
+  __device__ C operator()(C a, C b) const { return dmath::fma_(alpha, b, a); }
 };
 
 template <class C>
 struct SubOp : OpTraits {
   C alpha;
   explicit SubOp(const OpParams& q) : alpha(static_cast<C>(q.a)) {}
-  __device__ C operator()(C a, C b) const { return a - alpha * b; }
+  __device__ C operator()(C a, C b) const { return dmath::fma_(-alpha, b, a); }
 };
 
 template <class C>
@@ -104,7 +104,7 @@ struct LerpOp : FloatOnly {
   explicit LerpOp(const OpParams&) {}
   __device__ C operator()(C self, C end, C w) const {
     const C diff = end - self;
-    return dmath::abs_(w) < C(0.5) ? self + w * diff : end - diff * (C(1) - w);
+    return dmath::abs_(w) < C(0.5) ? dmath::fma_(w, diff, self) : dmath::fma_(-diff, C(1) - w, end);
   }
 };
 
@@ -112,14 +112,14 @@ template <class C>
 struct AddcmulOp : OpTraits {
   C value;
   explicit AddcmulOp(const OpParams& q) : value(static_cast<C>(q.a)) {}
-  __device__ C operator()(C self, C t1, C t2) const { return self + value * t1 * t2; }
+  __device__ C operator()(C self, C t1, C t2) const { return dmath::fma_(value * t1, t2, self); }
 };
 
 template <class C>
 struct AddcdivOp : FloatOnly {
   C value;
   explicit AddcdivOp(const OpParams& q) : value(static_cast<C>(q.a)) {}
-  __device__ C operator()(C self, C t1, C t2) const { return self + value * (t1 / t2); }
+  __device__ C operator()(C self, C t1, C t2) const { return dmath::fma_(value, t1 / t2, self); }
 };
 
 double optional_number(const Args& a, int32_t i, double fallback) {

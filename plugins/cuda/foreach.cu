@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) multi_tensor_apply(Table<D> tab, Op 
 // ---- the functors ----------------------------------------------------------------------------
 
 struct AddScaled {  // self + alpha * other, alpha the scalar
-  __device__ float operator()(const float* v, float s) const { return v[0] + s * v[1]; }
+  __device__ float operator()(const float* v, float s) const { return fmaf(s, v[1], v[0]); }
 };
 struct AddScalar {  // self + scalar
   __device__ float operator()(const float* v, float s) const { return v[0] + s; }
@@ -121,7 +121,8 @@ struct Neg {
   __device__ float operator()(const float* v, float) const { return -v[0]; }
 };
 __device__ __forceinline__ float lerp(float self, float end, float w) {
-  return fabsf(w) < 0.5f ? self + w * (end - self) : end - (end - self) * (1.f - w);
+  const float diff = end - self;
+  return fabsf(w) < 0.5f ? fmaf(w, diff, self) : fmaf(-diff, 1.f - w, end);
 }
 struct LerpScalar {  // weight: the scalar
   __device__ float operator()(const float* v, float s) const { return lerp(v[0], v[1], s); }
@@ -130,10 +131,10 @@ struct LerpList {  // weight: the third list
   __device__ float operator()(const float* v, float) const { return lerp(v[0], v[1], v[2]); }
 };
 struct Addcmul {  // self + value * t1 * t2
-  __device__ float operator()(const float* v, float s) const { return v[0] + s * v[1] * v[2]; }
+  __device__ float operator()(const float* v, float s) const { return fmaf(s * v[1], v[2], v[0]); }
 };
 struct Addcdiv {  // self + value * t1 / t2
-  __device__ float operator()(const float* v, float s) const { return v[0] + s * (v[1] / v[2]); }
+  __device__ float operator()(const float* v, float s) const { return fmaf(s, v[1] / v[2], v[0]); }
 };
 struct Copy {
   __device__ float operator()(const float* v, float) const { return v[0]; }

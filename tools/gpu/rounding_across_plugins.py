@@ -26,6 +26,24 @@ OPS = {
 }
 
 
+def optimizer_steps(make, device: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Three steps of optimizer `make` on parameter a[:65536] with gradients from b (the same
+    bits on every device), on `device`; the parameter after them, on the host."""
+    p = torch.nn.Parameter(a[: 1 << 16].clone().to(device))
+    opt = make([p])
+    for k in range(3):
+        p.grad = (b[: 1 << 16] * (k + 1)).to(device)
+        opt.step()
+    return p.detach().cpu()
+
+
+OPTIMIZERS = {
+    "SGD(momentum=0.9), 3 steps": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9),
+    "Adam, 3 steps": lambda ps: torch.optim.Adam(ps, lr=1e-3),
+    "AdamW, 3 steps": lambda ps: torch.optim.AdamW(ps, lr=1e-3),
+}
+
+
 def main() -> None:
     devices = {d["plugin"]: d["device"] for d in torch_fl.list_devices()}
     if "cpu" not in devices or "cuda" not in devices:
@@ -39,6 +57,12 @@ def main() -> None:
         cpu = fn(a.to(devices["cpu"]), b.to(devices["cpu"])).cpu()
         cuda = fn(a.to(devices["cuda"]), b.to(devices["cuda"])).cpu()
         print(f"{name:40} {int((cpu != cuda).sum()):>25} {int((cpu != host).sum()):>23} {int((cuda != host).sum()):>24}")
+    for name, make in OPTIMIZERS.items():
+        host = optimizer_steps(make, "cpu", a, b)
+        cpu = optimizer_steps(make, devices["cpu"], a, b)
+        cuda = optimizer_steps(make, devices["cuda"], a, b)
+        print(f"{name + ' (of 65536)':40} {int((cpu != cuda).sum()):>25} {int((cpu != host).sum()):>23} "
+              f"{int((cuda != host).sum()):>24}")
 
 
 if __name__ == "__main__":

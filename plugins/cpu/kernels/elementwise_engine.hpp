@@ -76,8 +76,9 @@ void submit_elementwise(const fl_kernel_call* call, const ElementwisePlan& plan)
 // ---- typed contiguous kernels --------------------------------------------------------
 // Op<C> is constructed from the params and called with N values of the compute type C.
 
+// The loop of contiguous_kernel, inlined into each of its builds below.
 template <class TIn, class TOut, template <class> class Op, int N>
-void contiguous_kernel(char* out, char* const* in, int64_t n, const Param* params) {
+[[gnu::always_inline]] inline void contiguous_loop(char* out, char* const* in, int64_t n, const Param* params) {
   using C = opmath_t<TIn>;
   const Op<C> op(params);
   TOut* __restrict o = reinterpret_cast<TOut*>(out);
@@ -103,6 +104,34 @@ void contiguous_kernel(char* out, char* const* in, int64_t n, const Param* param
   }
 }
 
+template <class TIn, class TOut, template <class> class Op, int N>
+void contiguous_kernel(char* out, char* const* in, int64_t n, const Param* params) {
+  contiguous_loop<TIn, TOut, Op, N>(out, in, n, params);
+}
+
+// Ops whose math rounds a multiply-add once (std::fma; see pointwise_functors.hpp) set this.
+// The plugin's baseline ISA (x86-64-v2) has no FMA instruction, so there std::fma is a libm
+// call per element (4-5x slower on 4M floats); such ops also get a build of their loop for
+// AVX2 + FMA, chosen at run time on a CPU that has them (the same bits, one instruction).
+template <template <class> class Op>
+inline constexpr bool kUsesFma = false;
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define FL_CPU_FMA_BUILD 1
+template <class TIn, class TOut, template <class> class Op, int N>
+[[gnu::target("avx2,fma")]] void contiguous_kernel_fma(char* out, char* const* in, int64_t n, const Param* params) {
+  contiguous_loop<TIn, TOut, Op, N>(out, in, n, params);
+}
+
+inline bool cpu_has_fma() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has;
+}
+#endif
+
 // The contiguous kernel of Op for input dtype `dtype` (in Mask), output of the same dtype or
 // bool (BoolOut). Throws NOT_SUPPORTED naming `op` for a dtype outside Mask.
 template <template <class> class Op, int N, uint64_t Mask, bool BoolOut = false>
@@ -110,6 +139,11 @@ ContigFn select_kernel(fl_dtype_t dtype, const char* op) {
   return dispatch<Mask>(dtype, op, [](auto tag) -> ContigFn {
     using T = typename decltype(tag)::type;
     using TOut = std::conditional_t<BoolOut, bool, T>;
+#ifdef FL_CPU_FMA_BUILD
+    if constexpr (kUsesFma<Op>) {
+      if (cpu_has_fma()) return &contiguous_kernel_fma<T, TOut, Op, N>;
+    }
+#endif
     return &contiguous_kernel<T, TOut, Op, N>;
   });
 }

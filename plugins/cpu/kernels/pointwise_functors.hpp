@@ -13,6 +13,17 @@ namespace fl::cpu::kernels::fn {
 
 template <class C> constexpr bool kFloat = std::is_floating_point_v<C>;
 
+// a * b + c. For the float types one rounding (std::fma), as ATen's CPU kernels compute add
+// with alpha, addcmul and lerp (vectorised fmadd) and as the CUDA plugin computes them
+// (plugins/cuda/dtype_convert.cuh's fma_): replicas of one model on ranks of the two plugins
+// then take bit-identical optimizer steps (SGD's add, Adam's lerp and addcmul). Exact for the
+// integer types.
+template <class C>
+inline C mul_add(C a, C b, C c) {
+  if constexpr (kFloat<C>) return std::fma(a, b, c);
+  else return static_cast<C>(a * b + c);
+}
+
 template <class C>
 inline bool is_nan(C v) {
   if constexpr (kFloat<C>) return std::isnan(v);
@@ -87,7 +98,8 @@ struct Add {
   explicit Add(const Param* p) : alpha(param_as<C>(p[0])) {}
   C operator()(C a, C b) const {
     if constexpr (std::is_same_v<C, bool>) return a || (alpha && b);
-    else return static_cast<C>(a + alpha * b);
+    else if (alpha == C(1)) return static_cast<C>(a + b);  // the common case, no fma call
+    else return mul_add(alpha, b, a);
   }
 };
 
@@ -95,7 +107,10 @@ template <class C>
 struct Sub {
   C alpha;
   explicit Sub(const Param* p) : alpha(param_as<C>(p[0])) {}
-  C operator()(C a, C b) const { return static_cast<C>(a - alpha * b); }
+  C operator()(C a, C b) const {
+    if (alpha == C(1)) return static_cast<C>(a - b);
+    return mul_add(static_cast<C>(-alpha), b, a);
+  }
 };
 
 template <class C>
@@ -256,8 +271,8 @@ struct GeluBackward {
 
 template <class C>
 inline C lerp(C self, C end, C weight) {
-  return std::abs(weight) < C(0.5) ? self + weight * (end - self)
-                                   : end - (end - self) * (C(1) - weight);
+  const C diff = end - self;
+  return std::abs(weight) < C(0.5) ? mul_add(weight, diff, self) : mul_add(-diff, C(1) - weight, end);
 }
 
 template <class C>
@@ -277,14 +292,14 @@ template <class C>
 struct Addcmul {
   C value;
   explicit Addcmul(const Param* p) : value(param_as<C>(p[0])) {}
-  C operator()(C self, C t1, C t2) const { return static_cast<C>(self + value * t1 * t2); }
+  C operator()(C self, C t1, C t2) const { return mul_add(static_cast<C>(value * t1), t2, self); }
 };
 
 template <class C>
 struct Addcdiv {
   C value;
   explicit Addcdiv(const Param* p) : value(param_as<C>(p[0])) {}
-  C operator()(C self, C t1, C t2) const { return self + value * (t1 / t2); }
+  C operator()(C self, C t1, C t2) const { return mul_add(value, static_cast<C>(t1 / t2), self); }
 };
 
 // (condition converted to C, self, other)
@@ -345,3 +360,13 @@ struct ScaledMask {
 };
 
 }  // namespace fl::cpu::kernels::fn
+
+namespace fl::cpu::kernels {
+// The ops whose math uses fn::mul_add (see kUsesFma in elementwise_engine.hpp).
+template <> inline constexpr bool kUsesFma<fn::Add> = true;
+template <> inline constexpr bool kUsesFma<fn::Sub> = true;
+template <> inline constexpr bool kUsesFma<fn::LerpScalar> = true;
+template <> inline constexpr bool kUsesFma<fn::LerpTensor> = true;
+template <> inline constexpr bool kUsesFma<fn::Addcmul> = true;
+template <> inline constexpr bool kUsesFma<fn::Addcdiv> = true;
+}  // namespace fl::cpu::kernels

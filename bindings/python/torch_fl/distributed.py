@@ -42,13 +42,18 @@ So float results can differ in the last bits between a machine where the group r
 one where it runs Gloo.
 
 Ranks on different plugins (a CPU-plugin rank beside a CUDA one): the collectives are exact
-(host-staged), but each rank's kernels round as its vendor's do, so a model replicated on every
-rank (DistributedDataParallel, whose replicas stay equal only because every rank runs the same
-step on the same averaged gradients) drifts apart in the last bits, step by step: measured on the
-H200 machine, the optimizer's `param + alpha * update` is fused on the GPU and rounded twice on the
-CPU plugin. `FlProcessGroup.rank_plugins` names each rank's plugin; a group whose ranks use
-different plugins warns once, and `resync(model, optimizer)` copies rank 0's parameters, buffers
-and optimizer state to every rank (in Lightning, `torch_fl.lightning.ResyncReplicas`).
+(host-staged), and DistributedDataParallel's replicas stay equal only as long as every rank's
+optimizer step rounds alike on the same averaged gradients. The CPU and CUDA plugins compute
+the elementwise forms optimizers use the same way (add with alpha, addcmul, addcdiv and lerp as
+one fused multiply-add, IEEE division and square root; tools/gpu/rounding_across_plugins.py):
+on the H200 machine SGD with momentum, Adam and AdamW took bit-identical steps on the two, and
+Lightning DDP over a CPU-plugin rank and a CUDA rank ended with identical parameters. Ops whose
+kernels differ between vendors (exp: a third of float32 results differ between the two
+plugins; matrix products) and plugin pairs not measured (HIP, Ascend) can still let replicas
+drift apart in the last bits, step by step. `FlProcessGroup.rank_plugins` names each rank's
+plugin; a group whose ranks use different plugins warns once, and `resync(model, optimizer)`
+copies rank 0's parameters, buffers and optimizer state to every rank (in Lightning,
+`torch_fl.lightning.ResyncReplicas`).
 
 Not done (written here so that nobody relies on it):
 - Host-staged collectives run synchronously: the returned Work is already complete, so
@@ -533,10 +538,11 @@ def _warn_if_plugins_differ(rank_plugins: list[str]) -> None:
         return
     _warned_mixed_plugins = True
     ranks = ", ".join(f"rank {r}: {p or 'no fl device'}" for r, p in enumerate(rank_plugins))
-    warnings.warn(f"flccl: the ranks compute on different plugins ({ranks}). Their kernels round differently, so a "
-                  "model replicated on every rank (DistributedDataParallel) drifts apart in the last bits as it "
-                  "steps. torch_fl.distributed.resync(model, optimizer) copies rank 0's parameters, buffers and "
-                  "optimizer state to every rank; call it every few hundred steps (in Lightning: the callback "
+    warnings.warn(f"flccl: the ranks compute on different plugins ({ranks}). Where their kernels round differently "
+                  "(see torch_fl.distributed's documentation), a model replicated on every rank "
+                  "(DistributedDataParallel) drifts apart in the last bits as it steps. "
+                  "torch_fl.distributed.resync(model, optimizer) copies rank 0's parameters, buffers and optimizer "
+                  "state to every rank; call it every few hundred steps (in Lightning: the callback "
                   "torch_fl.lightning.ResyncReplicas).", UserWarning, stacklevel=3)
 
 

@@ -27,9 +27,9 @@ What importing this module does:
   trip and back afterwards (torch.multiprocessing can only share CPU and CUDA tensors; each
   process moves it to its own device anyway);
 - `ResyncReplicas(every_n_steps)`, a callback for DDP over ranks of different plugins: it calls
-  torch_fl.distributed.resync every N optimizer steps, so that replicas whose kernels round
-  differently hold rank 0's parameters, buffers and optimizer state again (Lightning adds no
-  callback by itself; flccl warns when the ranks' plugins differ);
+  torch_fl.distributed.resync every N optimizer steps, so that replicas on plugins whose kernels
+  round differently hold rank 0's parameters, buffers and optimizer state again (Lightning adds
+  no callback by itself; flccl warns when the ranks' plugins differ);
 - the batch-size finder (Tuner.scale_batch_size) recognises only CUDA's and the CPU
   allocator's out-of-memory messages; it also recognises fl's, so the search stops at the
   largest batch that fits instead of failing.

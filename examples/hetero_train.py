@@ -26,6 +26,7 @@ and the range of that device's windows.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -118,6 +119,12 @@ def main() -> None:
                    help="keep the training rows in pinned host memory (as DataLoader(pin_memory=True) gives)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rebalance-every", type=int, default=10)
+    p.add_argument("--ema", type=float, default=0.3,
+                   help="HeteroDataParallel's weight of the newest step in its records (a smaller one "
+                        "lets one slow step move a record less)")
+    p.add_argument("--history", default="",
+                   help="write every step (epoch, shards, wall seconds, the balancer's records after it) and "
+                        "each device's alone windows to this JSON file, to see why a split ran or did not")
     p.add_argument("--granularity", type=int, default=0,
                    help="shard sizes are multiples of this (0: HeteroDataParallel's default, the largest "
                         "power of two up to batch/16); finer lets a small device's shard come closer to its share")
@@ -152,7 +159,9 @@ def main() -> None:
 
     torch.manual_seed(args.seed)
     hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
-                             rebalance_every=args.rebalance_every, granularity=args.granularity or None)
+                             rebalance_every=args.rebalance_every, granularity=args.granularity or None,
+                             ema=args.ema)
+    steps: list[dict] = []  # --history: every step of the pair
     pair_samples, pair_seconds = 0, 0.0
     pair_epochs: list[float] = []  # samples/s of each epoch after the calibration
     for epoch in range(args.epochs):
@@ -160,9 +169,13 @@ def main() -> None:
         settle()
         start = time.perf_counter()
         for xb, yb in batches(xtr, ytr, args.batch_size):
+            step_start = time.perf_counter()
             losses.append(hdp.train_step(xb, yb, F.cross_entropy))
             shards[tuple(hdp.last_shards)] = shards.get(tuple(hdp.last_shards), 0) + 1
             samples += len(xb)
+            if args.history:
+                steps.append({"epoch": epoch + 1, "shards": list(hdp.last_shards),
+                              "seconds": time.perf_counter() - step_start, "records": dict(hdp.balancer.measured)})
         seconds = time.perf_counter() - start
         rate = samples / seconds
         if epoch > 0:  # the first epoch includes calibration
@@ -206,6 +219,12 @@ def main() -> None:
     print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items()
                         if k in ("overhead", "per_sample", "transfer", "slowdown", "measured")})
     print(torch_fl.fallback_report().splitlines()[-1])
+    if args.history:
+        with open(args.history, "w") as f:
+            json.dump({"args": vars(args), "steps": steps,
+                       "alone_windows": {d: loop.windows for d, loop in alone_loops.items()},
+                       "balancer_history": list(hdp.balancer.history)}, f)
+        print(f"history: {len(steps)} steps written to {args.history}")
 
 
 if __name__ == "__main__":

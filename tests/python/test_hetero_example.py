@@ -61,6 +61,20 @@ def test_example_trains_on_two_devices(model, args, batch, min_accuracy):
     assert "fallback ratio 0.0%" in out, out
 
 
+def test_example_writes_every_step_to_its_history(tmp_path):
+    history = tmp_path / "history.json"
+    out = _run_example("--model", "wide", "--samples", "4096", "--batch-size", "512", "--epochs", "2",
+                       "--ema", "0.1", "--history", str(history))
+    import json
+    data = json.loads(history.read_text())
+    assert data["args"]["ema"] == 0.1
+    assert [s["epoch"] for s in data["steps"]] == [1] * 6 + [2] * 6  # 3276 training rows: 6 batches of 512
+    assert all(sum(s["shards"]) == 512 and s["seconds"] > 0 for s in data["steps"])
+    assert set(data["steps"][-1]["records"]) >= {"0", "1"}  # each device alone, from the calibration on
+    assert set(data["alone_windows"]) == {"fl:0", "fl:1"} and all(len(w) == 1 for w in data["alone_windows"].values())
+    assert data["balancer_history"] and f"history: 12 steps written to {history}" in out
+
+
 def test_example_rejects_a_batch_larger_than_the_data():
     r = _example_process("--model", "wide", "--samples", "1000", "--batch-size", "4096", timeout=120)
     assert r.returncode != 0

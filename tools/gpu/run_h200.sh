@@ -34,7 +34,8 @@
 #                 on pinned rows at batch 65536 (1,048,576 rows, 12 epochs), FL_CPU_THREADS=12
 #                 unless set; FL_HETERO_TARGET_RUNS runs (default 1); FL_HETERO_TARGET_BATCH,
 #                 _SAMPLES and _EPOCHS change the batch, the rows and the epochs; FL_HETERO_TARGET_ARGS
-#                 adds arguments (e.g. "--granularity 1024")
+#                 adds arguments (e.g. "--granularity 1024", "--ema 0.1"); each run's steps and balancer
+#                 records go to $OUT/hetero_target_run<k>.json (the example's --history)
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
 #   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count
 #   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
@@ -297,7 +298,8 @@ step_hetero_target() {
          "--batch-size $batch --samples $samples --epochs $epochs --pin ${FL_HETERO_TARGET_ARGS:-}"
     # shellcheck disable=SC2086 # FL_HETERO_TARGET_ARGS is a list of arguments
     FL_CPU_THREADS="${FL_CPU_THREADS:-12}" timeout 240 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" \
-      --model wide --batch-size "$batch" --samples "$samples" --epochs "$epochs" --pin ${FL_HETERO_TARGET_ARGS:-} || rc=1
+      --model wide --batch-size "$batch" --samples "$samples" --epochs "$epochs" --pin \
+      --history "$OUT/hetero_target_run$k.json" ${FL_HETERO_TARGET_ARGS:-} || rc=1
   done
   return $rc
 }

@@ -345,8 +345,13 @@ std::string predict_tier(const std::string& qualified_op, int device, c10::Scala
   const auto& cfg = rt.config().fallback;
   if (cfg.strict) return "error";
   if (cfg.enable_generic_kernel && find_generic_kernel(kernel) != nullptr) return "generic";
-  if (cfg.enable_cpu_fallback) return "cpu_fallback";
-  return "error";
+  if (!cfg.enable_cpu_fallback) return "error";
+  // As route() refuses it: an op with no CPU kernel (CUDA-only) cannot fall back.
+  const auto dot = own.find('.', own.find("::") + 2);
+  const auto handle = c10::Dispatcher::singleton().findSchema(
+      {dot == std::string::npos ? own : own.substr(0, dot), dot == std::string::npos ? "" : own.substr(dot + 1)});
+  if (handle && !handle->hasComputedKernelForDispatchKey(c10::DispatchKey::CPU)) return "error";
+  return "cpu_fallback";
 }
 
 namespace {

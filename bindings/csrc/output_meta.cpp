@@ -3,6 +3,7 @@
 #include "ivalue_map.h"
 
 #include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <cstring>
@@ -162,6 +163,33 @@ std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::
     }
     if (conv_channels_last(input, weight)) return std::vector<TensorMeta>{channels_last_meta(out, input.scalar_type())};
     return std::vector<TensorMeta>{contiguous_meta(out, input.scalar_type())};
+  }
+  // SyncBatchNorm's ops (CUDA-only in PyTorch, no Meta kernel; generic_kernels.cpp runs them):
+  // per-channel statistics in the accumulation type (float for the 16-bit floats), as ATen's
+  // CUDA kernels give them, and elementwise outputs shaped and typed as the input.
+  if (name == "aten::batch_norm_stats") {
+    const at::Tensor& input = a[0].toTensor();
+    const auto acc = at::toOpMathType(input.scalar_type());
+    return std::vector<TensorMeta>{contiguous_meta({input.size(1)}, acc), contiguous_meta({input.size(1)}, acc)};
+  }
+  if (name == "aten::batch_norm_gather_stats_with_counts") {
+    const at::Tensor& mean = a[1].toTensor();
+    return std::vector<TensorMeta>{contiguous_meta({mean.size(-1)}, mean.scalar_type()),
+                                   contiguous_meta({mean.size(-1)}, mean.scalar_type())};
+  }
+  if (name == "aten::batch_norm_elemt" || name == "aten::batch_norm_backward_elemt") {
+    const at::Tensor& like = a[name == "aten::batch_norm_elemt" ? 0 : 1].toTensor();
+    return std::vector<TensorMeta>{contiguous_meta(like.sizes().vec(), like.scalar_type())};
+  }
+  if (name == "aten::batch_norm_backward_reduce") {
+    const at::Tensor& mean = a[2].toTensor();
+    const c10::ScalarType param_dtype = a[4].isTensor() ? a[4].toTensor().scalar_type() : mean.scalar_type();
+    const std::vector<int64_t> c{mean.size(0)};
+    std::vector<TensorMeta> outs(4);
+    if (a[5].toBool()) outs[0] = outs[1] = contiguous_meta(c, mean.scalar_type());
+    if (a[6].toBool()) outs[2] = contiguous_meta(c, param_dtype);
+    if (a[7].toBool()) outs[3] = contiguous_meta(c, param_dtype);
+    return outs;
   }
   if (name == "aten::convolution_backward_overrideable") {
     const at::Tensor& input = a[1].toTensor();

@@ -195,6 +195,28 @@ def train_ddp(rank: int, world: int, dev: torch.device, out: str) -> None:
     print("ok ddp", flush=True)
 
 
+def make_batch_norm_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(10, 6), nn.BatchNorm1d(6), nn.Tanh(), nn.Linear(6, 3)).to(torch.float64)
+
+
+def train_sync_batch_norm(rank: int, world: int, dev: torch.device, out: str) -> None:
+    """DDP with torch.nn.SyncBatchNorm: the batch statistics are those of the whole global batch
+    (its ops run through the binding's generic kernels), so parameters and running statistics
+    must equal a single-process BatchNorm run on the whole batch; saved to OUT + ".bn"."""
+    model = nn.SyncBatchNorm.convert_sync_batchnorm(make_batch_norm_model()).to(dev)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = make_optimizer(ddp.parameters())
+    shard = GLOBAL_BATCH // world
+    for x, y in make_data():
+        xs, ys = x[rank * shard:(rank + 1) * shard], y[rank * shard:(rank + 1) * shard]
+        opt.zero_grad()
+        F.cross_entropy(ddp(xs.to(dev)), ys.to(dev)).backward()
+        opt.step()
+    torch.save([t.detach().cpu() for t in list(model.parameters()) + list(model.buffers())], out + ".bn")
+    print("ok sync batch norm", flush=True)
+
+
 def check_resync(rank: int, world: int, dev: torch.device) -> None:
     """Replicas (and SGD momentum) that drifted apart by a rank-dependent amount, as on ranks of
     different plugins, hold rank 0's bits again after torch_fl.distributed.resync."""
@@ -238,6 +260,7 @@ def main() -> None:
     assert expected_route is None or route == expected_route, (route, expected_route)
     check_collectives(rank, world, dev)
     train_ddp(rank, world, dev, out)
+    train_sync_batch_norm(rank, world, dev, out)
     check_resync(rank, world, dev)
     dist.destroy_process_group()
 

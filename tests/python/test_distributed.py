@@ -69,6 +69,16 @@ def test_cpu_plugin_offers_no_native_handles():
         _C.native_device(99)
 
 
+def _single_process_batch_norm_reference():
+    model = worker.make_batch_norm_model().to("fl:0")
+    opt = worker.make_optimizer(model.parameters())
+    for x, y in worker.make_data():
+        opt.zero_grad()
+        F.cross_entropy(model(x.to("fl:0")), y.to("fl:0")).backward()
+        opt.step()
+    return [t.detach().cpu() for t in list(model.parameters()) + list(model.buffers())]
+
+
 def _run_ranks(tmp_path: Path, backend: str, world: int = 2, timeout: float = 240):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -112,12 +122,21 @@ def test_two_ranks_collectives_and_ddp(tmp_path, backend):
         for name in ("all_reduce RedOpType.AVG", "all_gather_into_tensor", "reduce_scatter_tensor MAX",
                      "broadcast", "barrier", "ddp", "batch_isend_irecv", "all_gather_coalesced[1][1]",
                      "all_to_all_single uneven", "all_to_all[1]", "dtype mismatch refused",
-                     "all_reduce complex64", "resync"):
+                     "all_reduce complex64", "resync", "sync batch norm"):
             assert f"ok {name}" in log, log[-3000:]
     assert "ok recv from any rank" in logs[-1], logs[-1][-3000:]  # the last rank receives
     for a, b in zip(*params):
         assert torch.equal(a, b)  # ranks agree bit for bit
     for got, expected in zip(params[0], _single_process_reference()):
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
+    # SyncBatchNorm: each rank normalises its half by the whole batch's statistics, so the run
+    # equals BatchNorm on the whole batch (running statistics and num_batches_tracked too).
+    bn = [torch.load(tmp_path / f"params{rank}.pt.bn") for rank in range(2)]
+    for a, b in zip(*bn):
+        assert torch.equal(a, b)
+    reference = _single_process_batch_norm_reference()
+    assert len(bn[0]) == len(reference) == 9  # 6 parameters, running mean and var, batches tracked
+    for got, expected in zip(bn[0], reference):
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-12)
 
 

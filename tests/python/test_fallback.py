@@ -254,10 +254,54 @@ def test_convolutions_follow_cudnn_switches_and_other_ops_the_config(tmp_path, m
 
 
 def test_an_op_with_no_cpu_kernel_is_refused_naming_it_not_the_cpu():
-    # batch_norm_stats (SyncBatchNorm's) has only a CUDA kernel: the CPU fallback cannot run it,
-    # and the error says so for fl instead of "Could not run ... from the 'CPU' backend".
+    # batch_norm_gather_stats (the older SyncBatchNorm helper) has only a CUDA kernel: the CPU
+    # fallback cannot run it, and the error says so for fl instead of "Could not run ... from
+    # the 'CPU' backend".
+    assert torch_fl.op_support("batch_norm_gather_stats") == "error"  # the query says so too
     x = torch.randn(4, 3, device="fl:0")
+    stats = torch.ones(2, 3, device="fl:0")
     with pytest.raises(NotImplementedError,
-                       match=r"aten::batch_norm_stats is not available on fl:0 for dtypes \(Float\): .*"
+                       match=r"aten::batch_norm_gather_stats is not available on fl:0 for dtypes .*"
                              r"PyTorch has no CPU kernel"):
-        torch.batch_norm_stats(x, 1e-5)
+        torch.batch_norm_gather_stats(x, stats, stats, None, None, 0.1, 1e-5, 4)
+
+
+def test_sync_batch_norm_ops_run_through_the_generic_tier_and_match_batch_norm():
+    # SyncBatchNorm's five ops (CUDA-only in PyTorch) on one "rank": its statistics, gathered
+    # with a count, normalise as F.batch_norm does, and their backward gives its gradients.
+    torch.manual_seed(0)
+    x = torch.randn(6, 4, 5, dtype=torch.float64)
+    weight, bias = torch.rand(4, dtype=torch.float64) + 0.5, torch.randn(4, dtype=torch.float64)
+    dy = torch.randn_like(x)
+    xf, wf, bf, dyf = (t.to("fl:0") for t in (x, weight, bias, dy))
+    running_mean, running_var = torch.zeros(4, dtype=torch.float64, device="fl:0"), torch.ones(4, dtype=torch.float64, device="fl:0")
+    mean, invstd = torch.batch_norm_stats(xf, 1e-5)
+    count = torch.tensor([x.numel() // 4], dtype=torch.float64, device="fl:0")
+    mean, invstd = torch.batch_norm_gather_stats_with_counts(xf, mean[None], invstd[None], running_mean, running_var,
+                                                             0.1, 1e-5, count)
+    y = torch.batch_norm_elemt(xf, wf, bf, mean, invstd, 1e-5)
+    sum_dy, sum_dy_xmu, grad_weight, grad_bias = torch.batch_norm_backward_reduce(dyf, xf, mean, invstd, wf,
+                                                                                   True, True, True)
+    grad_input = torch.batch_norm_backward_elemt(dyf, xf, mean, invstd, wf, sum_dy, sum_dy_xmu,
+                                                 count.to(torch.int32))
+
+    xr, wr, br = (t.clone().requires_grad_() for t in (x, weight, bias))
+    ref_mean, ref_var = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+    expected = torch.nn.functional.batch_norm(xr, ref_mean, ref_var, wr, br, training=True, momentum=0.1, eps=1e-5)
+    expected.backward(dy)
+    for got, want in ((y, expected), (grad_input, xr.grad), (grad_weight, wr.grad), (grad_bias, br.grad),
+                      (running_mean, ref_mean), (running_var, ref_var)):
+        torch.testing.assert_close(got.cpu(), want.detach(), rtol=0, atol=1e-12)
+    for op in ("batch_norm_stats", "batch_norm_gather_stats_with_counts", "batch_norm_elemt",
+               "batch_norm_backward_reduce", "batch_norm_backward_elemt"):
+        assert torch_fl.op_support(op) == "generic", op
+        assert torch_fl.fallback_stats()[f"aten::{op}"]["generic"] >= 1, op
+
+
+def test_sync_batch_norm_statistics_of_bfloat16_are_float32():
+    # As ATen's CUDA kernels: 16-bit inputs give statistics in the accumulation type.
+    x = torch.randn(8, 3, dtype=torch.bfloat16)
+    mean, invstd = torch.batch_norm_stats(x.to("fl:0"), 1e-5)
+    assert mean.dtype == invstd.dtype == torch.float32
+    torch.testing.assert_close(mean.cpu(), x.float().mean(0))
+    torch.testing.assert_close(invstd.cpu(), (x.float().var(0, unbiased=False) + 1e-5).rsqrt())

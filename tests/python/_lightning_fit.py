@@ -27,10 +27,13 @@ import lightning.pytorch as L  # noqa: E402
 class TinyClassifier(L.LightningModule):
     def __init__(self) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 3))
+        # FL_FIT_SYNC_BN=1: with a batch norm, and the Trainer's sync_batchnorm=True.
+        norm = [nn.BatchNorm1d(32)] if os.environ.get("FL_FIT_SYNC_BN") == "1" else []
+        self.net = nn.Sequential(nn.Linear(8, 32), *norm, nn.ReLU(), nn.Linear(32, 3))
         self.losses: list[float] = []
         self.devices_seen: set[str] = set()
         self.compute_dtypes: set[str] = set()
+        self.sync_batch_norms = 0  # SyncBatchNorm modules during training (Lightning reverts them after fit)
 
     def training_step(self, batch, batch_idx):
         x, y = batch
@@ -38,6 +41,8 @@ class TinyClassifier(L.LightningModule):
         loss = F.cross_entropy(logits, y)
         self.losses.append(float(loss.detach().cpu()))
         self.devices_seen.add(str(x.device))
+        if batch_idx == 0:
+            self.sync_batch_norms = sum(isinstance(m, nn.SyncBatchNorm) for m in self.modules())
         self.compute_dtypes.add(str(logits.dtype))
         return loss
 
@@ -67,7 +72,8 @@ def fit(devices, strategy: str = "auto", precision: str = "32-true", epochs: int
     model = TinyClassifier()
     trainer = L.Trainer(accelerator="fl", devices=devices, strategy=strategy, precision=precision,
                         max_epochs=epochs, enable_progress_bar=False, enable_checkpointing=False,
-                        logger=False, enable_model_summary=False, callbacks=list(callbacks))
+                        logger=False, enable_model_summary=False, callbacks=list(callbacks),
+                        sync_batchnorm=os.environ.get("FL_FIT_SYNC_BN") == "1")
     trainer.fit(model, make_loader())
     return trainer, model
 
@@ -92,6 +98,8 @@ def main() -> None:
         "losses": model.losses,
         "params": [p.detach().cpu().double().sum().item() for p in model.parameters()],
         "resyncs": sum(getattr(c, "resyncs", 0) for c in trainer.callbacks),
+        "sync_batch_norms": model.sync_batch_norms,
+        "buffers": [b.detach().cpu().double().sum().item() for b in model.buffers()],
     }
     with open(f"{out}.rank{trainer.global_rank}", "w") as f:
         json.dump(result, f)

@@ -148,6 +148,21 @@ def test_resync_replicas_gives_drifting_ddp_ranks_rank_0s_parameters(tmp_path, r
     assert (ranks[0]["params"] == ranks[1]["params"]) == bool(resync_every)
 
 
+def test_ddp_with_sync_batchnorm_on_two_fl_devices(tmp_path):
+    # Trainer(sync_batchnorm=True) turns the BatchNorm1d into a SyncBatchNorm, whose ops run
+    # through the binding's generic kernels: both ranks end with the same statistics.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CPU_DEVICES="2", FL_FIT_SYNC_BN="1")
+    env.pop("LOCAL_RANK", None)
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, str(HERE / "_lightning_fit.py"), "2", "ddp", "32-true", str(out)],
+                          env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+    assert [r["sync_batch_norms"] for r in ranks] == [1, 1]
+    assert ranks[0]["params"] == ranks[1]["params"] and ranks[0]["buffers"] == ranks[1]["buffers"]
+    assert all(sum(r["losses"][-4:]) < 0.9 * sum(r["losses"][:4]) for r in ranks)
+
+
 def test_resync_replicas_refuses_a_period_below_one():
     from torch_fl.lightning import ResyncReplicas
     with pytest.raises(ValueError, match="every_n_steps must be at least 1, got 0"):

@@ -192,6 +192,53 @@ def test_ranks_on_different_plugins_warn_once_and_resync_gives_them_rank_0s_stat
     assert results[0]["digest"] == results[1]["digest"]
 
 
+RESYNC_RULES_CODE = r"""
+import json, sys
+import torch, torch.distributed as dist, torch.nn as nn
+import torch_fl, torch_fl.distributed
+rank, init = int(sys.argv[1]), sys.argv[2]
+dev = torch.device("fl", rank)
+torch.fl.set_device(rank)
+dist.init_process_group("flccl", init_method=f"file://{init}", rank=rank, world_size=3)
+results = {}
+# src is a global rank: in the group of ranks 1 and 2, rank 1's weights reach rank 2, rank 0 is left out.
+model = nn.Linear(2, 2, bias=False).to(dev)
+with torch.no_grad():
+    model.weight.fill_(rank)
+pair = dist.new_group([1, 2])
+torch_fl.distributed.resync(model, src=1, group=pair)
+results["weight"] = float(model.weight[0, 0])
+# Layouts that differ (rank 2 has no optimizer state yet): an error on every rank, nothing copied.
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+if rank != 2:
+    model.weight.grad = torch.ones_like(model.weight)
+    opt.step()
+before = float(model.weight[0, 0])
+try:
+    torch_fl.distributed.resync(model, opt)
+    results["error"] = None
+except RuntimeError as error:
+    results["error"] = str(error)
+results["unchanged"] = float(model.weight[0, 0]) == before
+print(json.dumps(results))
+dist.destroy_process_group()
+"""
+
+
+def test_resync_takes_a_global_source_rank_and_refuses_ranks_whose_tensors_differ(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CPU_DEVICES="3")
+    procs = [subprocess.Popen([sys.executable, "-c", RESYNC_RULES_CODE, str(rank), str(tmp_path / "store")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(3)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    assert [r["weight"] for r in results] == [0.0, 1.0, 1.0]
+    for r in results:
+        assert r["error"] and "resync: the ranks' tensors differ" in r["error"] and "nothing was copied" in r["error"]
+        assert r["unchanged"]
+
+
 def test_a_group_without_a_backend_serves_fl_and_cpu_tensors(tmp_path):
     """torch's backend autoload makes fl the accelerator, so init_process_group() without a
     backend asks for fl's backend: a script that never imports torch_fl (a CPU-only one)

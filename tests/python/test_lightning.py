@@ -163,6 +163,32 @@ def test_ddp_with_sync_batchnorm_on_two_fl_devices(tmp_path):
     assert all(sum(r["losses"][-4:]) < 0.9 * sum(r["losses"][:4]) for r in ranks)
 
 
+def test_resync_replicas_counts_optimizer_steps_since_its_last_copy(monkeypatch):
+    # Manual optimization over two optimizers moves global_step by two a batch (1, 3, 5, ...):
+    # "a multiple of N" would never come; N steps since the last copy does. A new fit starts
+    # counting from its own first step.
+    import torch_fl.distributed
+    from types import SimpleNamespace
+    from torch_fl.lightning import ResyncReplicas
+    calls = []
+    monkeypatch.setattr(torch_fl.distributed, "resync", lambda module, optimizers: calls.append(module))
+    callback, trainer = ResyncReplicas(4), SimpleNamespace(world_size=2, global_step=0, optimizers=[])
+    callback.on_train_start(trainer, "model")
+    for step in range(1, 20, 2):
+        trainer.global_step = step
+        callback.on_train_batch_end(trainer, "model", None, None, 0)
+    assert callback.resyncs == len(calls) == 4  # at steps 5, 9, 13 and 17
+    trainer.global_step = 100
+    callback.on_train_start(trainer, "model")
+    trainer.global_step = 102
+    callback.on_train_batch_end(trainer, "model", None, None, 0)
+    assert callback.resyncs == 4
+    trainer.world_size = 1
+    trainer.global_step = 200
+    callback.on_train_batch_end(trainer, "model", None, None, 0)
+    assert callback.resyncs == 4  # one process: nothing to align
+
+
 def test_resync_replicas_refuses_a_period_below_one():
     from torch_fl.lightning import ResyncReplicas
     with pytest.raises(ValueError, match="every_n_steps must be at least 1, got 0"):

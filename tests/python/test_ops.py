@@ -143,6 +143,16 @@ def test_fused_multiply_add_forms_equal_torch_cpu_bit_for_bit(name, dtype):
     assert_same(fn(to_fl(a), to_fl(b), to_fl(w)), fn(a, b, w), exact=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_addcdiv_rounds_as_atens_cuda_form(dtype):
+    # fma(value, t1 / t2, self), as the CUDA plugin (and ATen's CUDA kernel): on torch's CPU
+    # that is self.add(t1 / t2, alpha=value); torch's own CPU addcdiv multiplies first.
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(1 << 16, generator=g).to(dtype) for _ in range(3))
+    c = c.abs() + 0.5
+    assert_same(to_fl(a).addcdiv(to_fl(b), to_fl(c), value=-0.01), a.add(b / c, alpha=-0.01), exact=True)
+
+
 def test_mixed_dtype_promotion():
     a = make((3, 4), torch.int64)
     b = make((3, 4), torch.float32)

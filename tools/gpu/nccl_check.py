@@ -6,8 +6,8 @@ NCCL route and once host-staged (FL_CCL=gloo), then this script checks that
 - the two ranks hold bit-identical parameters after DDP training (with --mixed, ranks on two
   vendors' plugins, whose optimizer steps round differently: each within the bound, and the
   worker's resync check aligns them);
-- those equal a single-process big-batch run on the first CUDA-plugin device (float64,
-  |diff| <= 1e-12), on both routes.
+- those equal a single-process big-batch run on the last rank's device (the second GPU; with
+  --mixed the CUDA one; float64, |diff| <= 1e-12, 1e-10 with --mixed), on both routes.
 
     python tools/gpu/nccl_check.py            # exit 0 when every check passes
     python tools/gpu/nccl_check.py --mixed    # one CPU-plugin rank and one CUDA-plugin rank

@@ -549,19 +549,35 @@ def _warn_if_plugins_differ(rank_plugins: list[str]) -> None:
 _RESYNC_BUCKET_BYTES = 64 * 1024 * 1024
 
 
+def _layout_digest(tensors: list[torch.Tensor]) -> int:
+    """A number that two ranks share exactly when their tensors match in order, device type,
+    dtype and shape (what resync's broadcasts assume)."""
+    text = ";".join(f"{t.device.type},{t.dtype},{tuple(t.shape)}" for t in tensors)
+    return int.from_bytes(hashlib.sha1(text.encode()).digest()[:7], "little")
+
+
 def resync(module: torch.nn.Module,
            optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None, src: int = 0,
            group: dist.ProcessGroup | None = None) -> None:
     """Copies rank `src`'s parameters and buffers of `module` (a DistributedDataParallel is
-    unwrapped), and with `optimizer` (one or a list) its state tensors (momentum, Adam's moments, steps), to
-    every rank of `group` (default: the world), in place, so that replicas that drifted apart
-    in the last bits (ranks on different plugins; see the module's docstring) hold rank `src`'s
-    bits again. Every rank must call it at the same point, with the same model and optimizer
-    structure. Tensors are broadcast in buckets (as DistributedDataParallel's start-up does),
-    per device type."""
+    unwrapped), and with `optimizer` (one or a list) its state tensors (momentum, Adam's
+    moments, steps), to every rank of `group` (default: the world), in place, so that replicas
+    that drifted apart in the last bits (ranks on different plugins; see the module's
+    docstring) hold rank `src`'s bits again. `src` is a global rank, as in dist.broadcast; a
+    rank outside `group` returns at once. Every rank of the group must call it at the same
+    point; their tensors must match in order, device type, dtype and shape (the same model and
+    optimizer, each with its state created), else it raises a RuntimeError on every rank
+    before copying anything. Tensors are broadcast in buckets (as DistributedDataParallel's
+    start-up does), per device type."""
     if isinstance(module, torch.nn.parallel.DistributedDataParallel):
         module = module.module
     group = group if group is not None else dist.group.WORLD
+    if group is not dist.group.WORLD:
+        if dist.get_rank() not in dist.get_process_group_ranks(group):
+            return
+        group_src = dist.get_group_rank(group, src)
+    else:
+        group_src = src
     tensors = [t.detach() for t in module.parameters()] + [b.detach() for b in module.buffers()]
     optimizers = [] if optimizer is None else [optimizer] if isinstance(optimizer, torch.optim.Optimizer) else optimizer
     for optimizer in optimizers:
@@ -569,11 +585,22 @@ def resync(module: torch.nn.Module,
             for p in param_group["params"]:
                 state = optimizer.state.get(p, {})
                 tensors.extend(state[k].detach() for k in sorted(state) if isinstance(state[k], torch.Tensor))
+    # Which broadcasts run, and their sizes, follow each rank's own tensors: ranks whose
+    # layouts differ would block or exchange mismatched buffers. Compare first.
+    mine = torch.tensor([_layout_digest(tensors)], dtype=torch.int64)
+    digests = [torch.zeros_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(digests, mine, group=group)
+    if any(not torch.equal(d, digests[0]) for d in digests):
+        differing = [r for r, d in enumerate(digests) if not torch.equal(d, digests[group_src])]
+        raise RuntimeError(f"resync: the ranks' tensors differ in number, order, device type, dtype or shape "
+                           f"(group ranks {differing} differ from the source's): every rank needs the same model "
+                           "and optimizer, on the same kind of device, with its state created (after a first "
+                           "step); nothing was copied")
     by_type: dict[str, list[torch.Tensor]] = {}
     for t in tensors:
         by_type.setdefault(t.device.type, []).append(t)
     for device_type in sorted(by_type):
-        dist._broadcast_coalesced(group, by_type[device_type], _RESYNC_BUCKET_BYTES, src)
+        dist._broadcast_coalesced(group, by_type[device_type], _RESYNC_BUCKET_BYTES, group_src)
 
 
 def create_flccl_process_group(store: dist.Store, rank: int, size: int,

@@ -77,10 +77,15 @@ class ResyncReplicas(Callback):
         self.resyncs = 0
         self._last_step = 0
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        self._last_step = trainer.global_step  # a callback reused for another fit, or a resumed one
+
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         step = trainer.global_step
-        # With gradient accumulation several batches end at one optimizer step: once per step.
-        if trainer.world_size < 2 or step == self._last_step or step % self.every_n_steps:
+        # N optimizer steps since the last copy: with gradient accumulation several batches end
+        # at one step, and with manual optimization over several optimizers global_step moves by
+        # more than one a batch (so "a multiple of N" could be skipped every time).
+        if trainer.world_size < 2 or step - self._last_step < self.every_n_steps:
             return
         self._last_step = step
         _distributed.resync(pl_module, list(trainer.optimizers))

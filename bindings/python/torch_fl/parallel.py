@@ -1009,7 +1009,8 @@ class HeteroDataParallel:
         that differ from the master's. A replica that has not yet received the master's last
         update (one of another plugin than the master's receives it when it next computes, and
         so does one that sat the last step out) receives it first: what is checked is the
-        state it computes from."""
+        state it computes from, so a change made to such a replica by hand is overwritten
+        rather than reported (it would be before the replica computed again)."""
         master = [t.detach().cpu() for t in self._state_tensors(self.module)]
         for i in (range(len(self.replicas)) if replicas is None else replicas):
             if self.replicas[i] is self.module:

@@ -1,6 +1,6 @@
 // pointwise_functors.hpp — the scalar math of the elementwise kernels. Each functor is built
 // from the plan's params and called with values of the compute type C (float for the 16-bit
-// floats, as ATen's opmath). Formulas follow ATen's CPU kernels.
+// floats, as ATen's opmath). Formulas follow ATen's CPU kernels, but for addcdiv (below).
 #pragma once
 
 #include "elementwise_engine.hpp"
@@ -16,8 +16,11 @@ template <class C> constexpr bool kFloat = std::is_floating_point_v<C>;
 // a * b + c. For the float types one rounding (std::fma), as ATen's CPU kernels compute add
 // with alpha, addcmul and lerp (vectorised fmadd) and as the CUDA plugin computes them
 // (plugins/cuda/dtype_convert.cuh's fma_): replicas of one model on ranks of the two plugins
-// then take bit-identical optimizer steps (SGD's add, Adam's lerp and addcmul). Exact for the
-// integer types.
+// then take bit-identical optimizer steps (SGD's add, Adam's lerp, addcmul and addcdiv; for
+// addcdiv that is ATen's CUDA form, fma(value, t1 / t2, self), where torch's CPU computes
+// self + value * t1 / t2). Lerp with a weight of 0.5 or more is fma(-(end - self), 1 - weight,
+// end), ATen's CUDA form: torch's CPU (fma(weight - 1, ...)) differs only in the sign of a zero
+// result. Exact for the integer types.
 template <class C>
 inline C mul_add(C a, C b, C c) {
   if constexpr (kFloat<C>) return std::fma(a, b, c);

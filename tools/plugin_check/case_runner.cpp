@@ -180,4 +180,15 @@ std::optional<std::string> compare_outputs(const std::vector<HostTensor>& actual
   return std::nullopt;
 }
 
+bool identical_outputs(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
+                       const std::vector<OutputSpec>& specs) {
+  for (size_t k = 0; k < specs.size(); ++k) {
+    if (!specs[k].requested) continue;
+    const std::vector<double> a = actual.at(k).values(), e = expected.at(k).values();
+    for (size_t i = 0; i < e.size(); ++i)
+      if (!(a[i] == e[i] || (std::isnan(a[i]) && std::isnan(e[i])))) return false;
+  }
+  return true;
+}
+
 }  // namespace fl::check

@@ -32,6 +32,11 @@ CaseRun run_case(const PluginLibrary& plugin, const fl_kernel_entry& entry, cons
 std::optional<std::string> compare_outputs(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
                                            const std::vector<OutputSpec>& specs, double tolerance_scale);
 
+// Whether every requested output equals the expected one value for value (no tolerance; a
+// signed zero equals the other zero, and NaN equals NaN).
+bool identical_outputs(const std::vector<HostTensor>& actual, const std::vector<HostTensor>& expected,
+                       const std::vector<OutputSpec>& specs);
+
 // (rtol, atol) of a dtype before scaling: float32 1e-5, float64 1e-9, bfloat16 1e-2,
 // float16 1e-3; integers and bool exact.
 std::pair<double, double> base_tolerance(fl_dtype_t dtype);

@@ -44,6 +44,14 @@ const at::Tensor* optional_tensor(const std::vector<c10::IValue>& in, size_t i) 
   return in[i].isTensor() && in[i].toTensor().defined() ? &in[i].toTensor() : nullptr;
 }
 
+// 1 / sqrt(var + eps); 0 where var and eps are both 0 (a constant channel with eps = 0), as
+// ATen's InvStd gives, so that normalising it gives 0 rather than NaN.
+at::Tensor inverse_std(const at::Tensor& var, double eps) {
+  const at::Tensor invstd = at::reciprocal(at::sqrt(at::add(var, eps)));
+  if (eps != 0.0) return invstd;
+  return at::where(at::eq(var, 0), at::zeros_like(invstd), invstd);
+}
+
 // (input, eps) -> (mean, invstd), biased variance.
 bool batch_norm_stats(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
   const at::Tensor x = in_acc(T(in, 0));
@@ -52,7 +60,7 @@ bool batch_norm_stats(const std::vector<c10::IValue>& in, std::vector<at::Tensor
   const at::Tensor centered = at::sub(x, per_channel(mean, x));
   const at::Tensor var = at::mean(at::mul(centered, centered), dims);
   assign(out[0], mean);
-  return assign(out[1], at::reciprocal(at::sqrt(at::add(var, in[1].toDouble()))));
+  return assign(out[1], inverse_std(var, in[1].toDouble()));
 }
 
 // (input, mean [W, C], invstd [W, C], running_mean?, running_var?, momentum, eps, counts [W])
@@ -67,11 +75,12 @@ bool batch_norm_gather_stats_with_counts(const std::vector<c10::IValue>& in, std
   const at::Tensor mean = at::div(at::sum(at::mul(means, counts), 0), n);
   // Each rank's biased variance back from its invstd, then the sum of squares about the
   // global mean: Σ_i n_i·(var_i + (mean_i - mean)²).
-  const at::Tensor var_i = at::sub(at::reciprocal(at::mul(invstds, invstds)), eps);
+  const at::Tensor var_i = at::where(at::eq(invstds, 0), at::zeros_like(invstds),  // inverse_std's 0
+                                     at::sub(at::reciprocal(at::mul(invstds, invstds)), eps));
   const at::Tensor delta = at::sub(means, mean);
   const at::Tensor m2 = at::sum(at::mul(counts, at::add(var_i, at::mul(delta, delta))), 0);
   assign(out[0], mean);
-  assign(out[1], at::reciprocal(at::sqrt(at::add(at::div(m2, n), eps))));
+  assign(out[1], inverse_std(at::div(m2, n), eps));
   if (const at::Tensor* running_mean = optional_tensor(in, 3)) {
     running_mean->copy_(at::add(at::mul(*running_mean, 1.0 - momentum), at::mul(mean, momentum)));
   }

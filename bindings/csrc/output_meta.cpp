@@ -138,6 +138,24 @@ TensorMeta channels_last_meta(std::vector<int64_t> sizes, c10::ScalarType dtype)
   return m;
 }
 
+// `t`'s sizes and dtype in the memory format ATen's empty_like(t, t.suggest_memory_format())
+// gives: channels_last (4-D), channels_last_3d (5-D), else contiguous.
+TensorMeta meta_in_suggested_format(const at::Tensor& t) {
+  const auto format = t.suggest_memory_format();
+  if (t.dim() == 4 && format == at::MemoryFormat::ChannelsLast) return channels_last_meta(t.sizes().vec(), t.scalar_type());
+  if (t.dim() == 5 && format == at::MemoryFormat::ChannelsLast3d) {
+    TensorMeta m;
+    m.defined = true;
+    m.dtype = t.scalar_type();
+    m.sizes = t.sizes().vec();
+    const int64_t c = std::max<int64_t>(m.sizes[1], 1), d = std::max<int64_t>(m.sizes[2], 1),
+                  h = std::max<int64_t>(m.sizes[3], 1), w = std::max<int64_t>(m.sizes[4], 1);
+    m.strides = {d * h * w * c, 1, h * w * c, w * c, c};
+    return m;
+  }
+  return contiguous_meta(t.sizes().vec(), t.scalar_type());
+}
+
 std::vector<int64_t> expand_param(const c10::IValue& v, size_t n, int64_t dflt) {
   std::vector<int64_t> p = v.isIntList() ? v.toIntVector() : std::vector<int64_t>{};
   if (p.empty()) p.assign(n, dflt);
@@ -174,12 +192,12 @@ std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::
   }
   if (name == "aten::batch_norm_gather_stats_with_counts") {
     const at::Tensor& mean = a[1].toTensor();
-    return std::vector<TensorMeta>{contiguous_meta({mean.size(-1)}, mean.scalar_type()),
-                                   contiguous_meta({mean.size(-1)}, mean.scalar_type())};
+    const auto acc = at::toOpMathType(mean.scalar_type());
+    return std::vector<TensorMeta>{contiguous_meta({mean.size(-1)}, acc), contiguous_meta({mean.size(-1)}, acc)};
   }
   if (name == "aten::batch_norm_elemt" || name == "aten::batch_norm_backward_elemt") {
     const at::Tensor& like = a[name == "aten::batch_norm_elemt" ? 0 : 1].toTensor();
-    return std::vector<TensorMeta>{contiguous_meta(like.sizes().vec(), like.scalar_type())};
+    return std::vector<TensorMeta>{meta_in_suggested_format(like)};
   }
   if (name == "aten::batch_norm_backward_reduce") {
     const at::Tensor& mean = a[2].toTensor();
@@ -223,6 +241,11 @@ OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRe
   }
 
   std::optional<std::vector<TensorMeta>> result = shape_rule(info.name, args);
+  // An out= overload takes its functional form's rule (the rules read only the leading,
+  // non-out arguments): aten::batch_norm_elemt.out has no Meta kernel either.
+  if (!result && info.form == OpForm::Out && info.name.size() > 4 &&
+      info.name.compare(info.name.size() - 4, 4, ".out") == 0)
+    result = shape_rule(info.name.substr(0, info.name.size() - 4), args);
   if (!result) {
     if (info.meta_unavailable.load(std::memory_order_relaxed)) return nullptr;
     torch::jit::Stack stack;

@@ -298,6 +298,29 @@ def test_sync_batch_norm_ops_run_through_the_generic_tier_and_match_batch_norm()
         assert torch_fl.fallback_stats()[f"aten::{op}"]["generic"] >= 1, op
 
 
+def test_sync_batch_norm_edges_follow_atens_cuda_kernels():
+    # channels_last stays channels_last; the out= overload runs; a constant channel with eps = 0
+    # normalises to 0 (ATen's InvStd gives 0 there), not NaN; half statistics gather to float.
+    x = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    xf = x.to("fl:0")
+    mean, invstd = torch.batch_norm_stats(xf, 1e-5)
+    y = torch.batch_norm_elemt(xf, None, None, mean, invstd, 1e-5)
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    expected = torch.nn.functional.batch_norm(x, None, None, training=True, eps=1e-5)
+    torch.testing.assert_close(y.cpu(), expected, rtol=1e-5, atol=1e-5)
+    out = torch.empty(2, 3, 4, 5, device="fl:0")
+    torch.batch_norm_elemt(xf, None, None, mean, invstd, 1e-5, out=out)
+    torch.testing.assert_close(out.cpu(), expected, rtol=1e-5, atol=1e-5)
+    constant = torch.ones(4, 2, device="fl:0")
+    mean, invstd = torch.batch_norm_stats(constant, 0.0)
+    assert invstd.cpu().tolist() == [0.0, 0.0]
+    assert torch.batch_norm_elemt(constant, None, None, mean, invstd, 0.0).cpu().tolist() == [[0.0, 0.0]] * 4
+    half = torch.ones(2, 3, dtype=torch.float16, device="fl:0")
+    mean, invstd = torch.batch_norm_gather_stats_with_counts(half, half, half, None, None, 0.1, 1e-5,
+                                                             torch.ones(2, device="fl:0"))
+    assert mean.dtype == invstd.dtype == torch.float32
+
+
 def test_sync_batch_norm_statistics_of_bfloat16_are_float32():
     # As ATen's CUDA kernels: 16-bit inputs give statistics in the accumulation type.
     x = torch.randn(8, 3, dtype=torch.bfloat16)

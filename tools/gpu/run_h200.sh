@@ -22,7 +22,7 @@
 #                 across the CPU and CUDA plugins against a plain loop on the GPU, the fork guard
 #   lightning     tests/python/_lightning_fit.py on the CUDA device (32-true, bf16-mixed) and
 #                 strategy="ddp" over the CPU-plugin and CUDA devices (one rank each), without and
-#                 with torch_fl.lightning.ResyncReplicas(4); Lightning's
+#                 with torch_fl.lightning.ResyncReplicas(4), and with sync_batchnorm=True; Lightning's
 #                 pure-Python packages come from .lightning-site (carry it; see step_lightning)
 #   flccl_mixed   tools/gpu/nccl_check.py --mixed: torch.distributed on fl with a CPU-plugin rank and a
 #                 CUDA-plugin rank (every collective, DDP against the big batch)
@@ -212,12 +212,15 @@ step_lightning() {
   export FL_CPU_DEVICES=1
   local rc=0 cuda run
   cuda="$(first_device_of cuda)"
+  # Each run: devices strategy precision name [VAR=value ...] (the fit's options, see _lightning_fit.py).
   for run in "${cuda#fl:}, auto 32-true single" "${cuda#fl:}, auto bf16-mixed bf16" "2 ddp 32-true ddp" \
-             "2 ddp 32-true ddpresync 4"; do
+             "2 ddp 32-true ddpresync FL_FIT_RESYNC_EVERY=4" "2 ddp 32-true ddpsyncbn FL_FIT_SYNC_BN=1"; do
     set -- $run
-    echo "== _lightning_fit.py devices=$1 strategy=$2 precision=$3${5:+ FL_FIT_RESYNC_EVERY=$5}"
-    FL_FIT_RESYNC_EVERY="${5:-}" timeout 180 "$PY" tests/python/_lightning_fit.py "$1" "$2" "$3" \
-      "$OUT/lightning_$4.json" || rc=1
+    local devices=$1 strategy=$2 precision=$3 name=$4
+    shift 4
+    echo "== _lightning_fit.py devices=$devices strategy=$strategy precision=$precision $*"
+    env "$@" timeout 180 "$PY" tests/python/_lightning_fit.py "$devices" "$strategy" "$precision" \
+      "$OUT/lightning_$name.json" || rc=1
   done
   "$PY" - "$OUT" <<'PYEOF' || rc=1
 import glob, json, sys
@@ -227,11 +230,12 @@ for path in sorted(glob.glob(sys.argv[1] + "/lightning_*.json.rank*")):
     runs[path.rsplit("/", 1)[1]] = r
     print(f"{path.rsplit('/', 1)[1]}: {r['strategy']} on {r['root_device']} (backend {r['backend']}), "
           f"steps on {r['devices_seen']}, loss {r['losses'][0]:.4f} -> {r['losses'][-1]:.4f}")
-ok = len(runs) == 6 and all(r["losses"][-1] < r["losses"][0] for r in runs.values())
-for name in ("ddp", "ddpresync"):
+ok = len(runs) == 8 and all(r["losses"][-1] < r["losses"][0] for r in runs.values())
+for name in ("ddp", "ddpresync", "ddpsyncbn"):
     ranks = [r for k, r in runs.items() if k.startswith(f"lightning_{name}.")]
     if len(ranks) == 2:
-        same = ranks[0]["params"] == ranks[1]["params"]
+        # With SyncBatchNorm the running statistics are the whole batch's on both ranks too.
+        same = ranks[0]["params"] == ranks[1]["params"] and ranks[0].get("buffers") == ranks[1].get("buffers")
         print(f"{name}: ranks on {ranks[0]['root_device']} and {ranks[1]['root_device']}, resyncs "
               f"{[r['resyncs'] for r in ranks]}: parameters identical {same}; per-tensor sums differ by "
               f"{[a - b for a, b in zip(ranks[0]['params'], ranks[1]['params'])]}")

@@ -177,20 +177,26 @@ def check_collectives(rank: int, world: int, dev: torch.device) -> None:
         raise AssertionError("all_gather_into_tensor cast int64 into float32")
 
 
+def train_steps(module: nn.Module, dev: torch.device, rank: int = 0, world: int = 1) -> None:
+    """The STEPS training steps of `module` (a model, or its DistributedDataParallel) on rank
+    `rank`'s share of each global batch; with world == 1 the whole batch, as the single-process
+    reference runs (test_distributed.py, tools/gpu/nccl_check.py)."""
+    opt = make_optimizer(module.parameters())
+    shard = GLOBAL_BATCH // world
+    for x, y in make_data():
+        xs, ys = x[rank * shard:(rank + 1) * shard], y[rank * shard:(rank + 1) * shard]
+        opt.zero_grad()
+        F.cross_entropy(module(xs.to(dev)), ys.to(dev)).backward()
+        opt.step()
+
+
 def train_ddp(rank: int, world: int, dev: torch.device, out: str) -> None:
     model = make_model().to(dev)
     if rank != 0:  # DDP must broadcast rank 0's parameters at start
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1.0)
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = make_optimizer(ddp.parameters())
-    shard = GLOBAL_BATCH // world
-    for x, y in make_data():
-        xs, ys = x[rank * shard:(rank + 1) * shard], y[rank * shard:(rank + 1) * shard]
-        opt.zero_grad()
-        F.cross_entropy(ddp(xs.to(dev)), ys.to(dev)).backward()
-        opt.step()
+    train_steps(nn.parallel.DistributedDataParallel(model), dev, rank, world)
     torch.save([p.detach().cpu() for p in model.parameters()], out)
     print("ok ddp", flush=True)
 
@@ -205,14 +211,7 @@ def train_sync_batch_norm(rank: int, world: int, dev: torch.device, out: str) ->
     (its ops run through the binding's generic kernels), so parameters and running statistics
     must equal a single-process BatchNorm run on the whole batch; saved to OUT + ".bn"."""
     model = nn.SyncBatchNorm.convert_sync_batchnorm(make_batch_norm_model()).to(dev)
-    ddp = nn.parallel.DistributedDataParallel(model)
-    opt = make_optimizer(ddp.parameters())
-    shard = GLOBAL_BATCH // world
-    for x, y in make_data():
-        xs, ys = x[rank * shard:(rank + 1) * shard], y[rank * shard:(rank + 1) * shard]
-        opt.zero_grad()
-        F.cross_entropy(ddp(xs.to(dev)), ys.to(dev)).backward()
-        opt.step()
+    train_steps(nn.parallel.DistributedDataParallel(model), dev, rank, world)
     torch.save([t.detach().cpu() for t in list(model.parameters()) + list(model.buffers())], out + ".bn")
     print("ok sync batch norm", flush=True)
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 import torch_fl.distributed as fldist
 from torch_fl._native_collectives import unavailable_reason
@@ -69,16 +68,6 @@ def test_cpu_plugin_offers_no_native_handles():
         _C.native_device(99)
 
 
-def _single_process_batch_norm_reference():
-    model = worker.make_batch_norm_model().to("fl:0")
-    opt = worker.make_optimizer(model.parameters())
-    for x, y in worker.make_data():
-        opt.zero_grad()
-        F.cross_entropy(model(x.to("fl:0")), y.to("fl:0")).backward()
-        opt.step()
-    return [t.detach().cpu() for t in list(model.parameters()) + list(model.buffers())]
-
-
 def _run_ranks(tmp_path: Path, backend: str, world: int = 2, timeout: float = 240):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -107,12 +96,14 @@ def _run_ranks(tmp_path: Path, backend: str, world: int = 2, timeout: float = 24
 
 def _single_process_reference():
     model = worker.make_model().to("fl:0")
-    opt = worker.make_optimizer(model.parameters())
-    for x, y in worker.make_data():
-        opt.zero_grad()
-        F.cross_entropy(model(x.to("fl:0")), y.to("fl:0")).backward()
-        opt.step()
+    worker.train_steps(model, torch.device("fl:0"))
     return [p.detach().cpu() for p in model.parameters()]
+
+
+def _single_process_batch_norm_reference():
+    model = worker.make_batch_norm_model().to("fl:0")
+    worker.train_steps(model, torch.device("fl:0"))
+    return [t.detach().cpu() for t in list(model.parameters()) + list(model.buffers())]
 
 
 @pytest.mark.parametrize("backend", ["cpu:gloo,fl:flccl", "flccl"])

@@ -108,20 +108,24 @@ def test_bf16_mixed_fit():
     assert model.losses[-1] < model.losses[0]
 
 
-def test_ddp_on_two_fl_devices(tmp_path):
-    problem = _binding_problem("torch.zeros(1, device='fl:0').item()")
-    if problem:
-        # Lightning's DDP loop calls .item() on a 1-element fl tensor every step.
-        pytest.skip(f"binding: Tensor.item() on a 1-element fl tensor fails ({problem})")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    env["FL_CPU_DEVICES"] = "2"
+def _ddp_fit_on_two_devices(tmp_path, **options: str) -> list[dict]:
+    """_lightning_fit.py with strategy="ddp" on fl:0 and fl:1 (Lightning relaunches it for rank
+    1), `options` its FL_FIT_* environment; each rank's result."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CPU_DEVICES="2", **options)
     env.pop("LOCAL_RANK", None)
     out = tmp_path / "result.json"
     proc = subprocess.run([sys.executable, str(HERE / "_lightning_fit.py"), "2", "ddp", "32-true", str(out)],
                           env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+    return [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+
+
+def test_ddp_on_two_fl_devices(tmp_path):
+    problem = _binding_problem("torch.zeros(1, device='fl:0').item()")
+    if problem:
+        # Lightning's DDP loop calls .item() on a 1-element fl tensor every step.
+        pytest.skip(f"binding: Tensor.item() on a 1-element fl tensor fails ({problem})")
+    ranks = _ddp_fit_on_two_devices(tmp_path)
     assert [r["root_device"] for r in ranks] == ["fl:0", "fl:1"]
     assert all(r["strategy"] == "DDPStrategy" and r["backend"] == "flccl" and r["world_size"] == 2 for r in ranks)
     assert ranks[0]["devices_seen"] == ["fl:0"] and ranks[1]["devices_seen"] == ["fl:1"]
@@ -135,15 +139,8 @@ def test_ddp_on_two_fl_devices(tmp_path):
 def test_resync_replicas_gives_drifting_ddp_ranks_rank_0s_parameters(tmp_path, resync_every):
     # Rank 1 drifts after every step (Drift, as ranks on different plugins do in the last bits);
     # ResyncReplicas(4) copies rank 0's state at steps 4, 8, 12 and 16, the last one.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CPU_DEVICES="2", FL_FIT_DRIFT="1")
-    env.pop("LOCAL_RANK", None)
-    if resync_every:
-        env["FL_FIT_RESYNC_EVERY"] = str(resync_every)
-    out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(HERE / "_lightning_fit.py"), "2", "ddp", "32-true", str(out)],
-                          env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+    options = {"FL_FIT_DRIFT": "1"} | ({"FL_FIT_RESYNC_EVERY": str(resync_every)} if resync_every else {})
+    ranks = _ddp_fit_on_two_devices(tmp_path, **options)
     assert [r["resyncs"] for r in ranks] == ([4, 4] if resync_every else [0, 0])
     assert (ranks[0]["params"] == ranks[1]["params"]) == bool(resync_every)
 
@@ -151,13 +148,7 @@ def test_resync_replicas_gives_drifting_ddp_ranks_rank_0s_parameters(tmp_path, r
 def test_ddp_with_sync_batchnorm_on_two_fl_devices(tmp_path):
     # Trainer(sync_batchnorm=True) turns the BatchNorm1d into a SyncBatchNorm, whose ops run
     # through the binding's generic kernels: both ranks end with the same statistics.
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CPU_DEVICES="2", FL_FIT_SYNC_BN="1")
-    env.pop("LOCAL_RANK", None)
-    out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, str(HERE / "_lightning_fit.py"), "2", "ddp", "32-true", str(out)],
-                          env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    ranks = [json.loads(Path(f"{out}.rank{r}").read_text()) for r in range(2)]
+    ranks = _ddp_fit_on_two_devices(tmp_path, FL_FIT_SYNC_BN="1")
     assert [r["sync_batch_norms"] for r in ranks] == [1, 1]
     assert ranks[0]["params"] == ranks[1]["params"] and ranks[0]["buffers"] == ranks[1]["buffers"]
     assert all(sum(r["losses"][-4:]) < 0.9 * sum(r["losses"][:4]) for r in ranks)

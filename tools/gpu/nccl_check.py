@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parents[1] / "tests" / "python"
@@ -61,11 +60,7 @@ def run_ranks(devices: list[int], route: str, workdir: Path) -> list[list[torch.
 def reference(device: int) -> list[torch.Tensor]:
     dev = torch.device("fl", device)
     model = worker.make_model().to(dev)
-    opt = worker.make_optimizer(model.parameters())
-    for x, y in worker.make_data():
-        opt.zero_grad()
-        F.cross_entropy(model(x.to(dev)), y.to(dev)).backward()
-        opt.step()
+    worker.train_steps(model, dev)
     return [p.detach().cpu() for p in model.parameters()]
 
 

@@ -193,32 +193,19 @@ class FlProcessGroup(dist.ProcessGroup):
         # called on this group still run through the methods below.
         self._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, self._gloo)
         self._register_backend(torch.device("fl"), dist.ProcessGroup.BackendType.CUSTOM, self._gloo)
-        self._native = self._agree_on_native_route(store, timeout)
-        self.rank_plugins = self._gather_plugins()
+        self._native, self.rank_plugins = self._agree_with_the_other_ranks(store, timeout)
         _warn_if_plugins_differ(self.rank_plugins)
 
-    _PLUGIN_NAME_BYTES = 64
+    _PLUGIN_NAME_WORDS = 8  # a plugin's name travels in the vote as up to 64 bytes
 
-    def _gather_plugins(self) -> list[str]:
-        """Each rank's plugin (of its current fl device when the group is created; "" for a
-        rank without fl devices), in rank order, all-gathered over Gloo."""
-        import torch_fl
-
-        name = ""
-        if torch_fl._C.device_count() > 0:
-            name = torch.fl.get_device_properties(torch_fl._C.current_device())["plugin"]
-        mine = torch.zeros(self._PLUGIN_NAME_BYTES, dtype=torch.uint8)
-        encoded = name.encode()[: self._PLUGIN_NAME_BYTES]
-        mine[: len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
-        names = [torch.zeros_like(mine) for _ in range(self._size)]
-        self._gloo.allgather([names], [mine]).wait()
-        return [bytes(n.tolist()).rstrip(b"\0").decode(errors="replace") for n in names]
-
-    def _agree_on_native_route(self, store: dist.Store, timeout: datetime.timedelta) -> NativeCollectives | None:
-        """NCCL for fl tensors when every rank can use it (see the module's docstring). Every
-        rank takes part in the vote, whatever its FL_CCL says, so that all of them decide
-        alike: each all-gathers (can use NCCL, host, GPU ordinal), and two ranks on one GPU
-        (NCCL refuses that) also mean Gloo."""
+    def _agree_with_the_other_ranks(self, store: dist.Store,
+                                    timeout: datetime.timedelta) -> tuple[NativeCollectives | None, list[str]]:
+        """One all-gather of every rank's facts at creation: whether it can use NCCL, its host
+        and GPU ordinal, and the plugin of its current fl device ("" for a rank without fl
+        devices). Returns the route for fl tensors, NCCL when every rank can use it (see the
+        module's docstring), and each rank's plugin in rank order (`rank_plugins`). Every rank
+        takes part in the vote, whatever its FL_CCL says, so that all of them decide alike; two
+        ranks on one GPU (NCCL refuses that) also mean Gloo."""
         mode = os.environ.get("FL_CCL", "auto").strip().lower()
         valid = mode in ("auto", "gloo", "nccl")
         import torch_fl
@@ -229,20 +216,25 @@ class FlProcessGroup(dist.ProcessGroup):
             reason = reason or f"FL_CCL={mode}"
         ordinal = torch_fl._C.native_device(device) if not reason else -1
         host = int.from_bytes(hashlib.sha1(socket.gethostname().encode()).digest()[:7], "little")
-        mine = torch.tensor([0 if reason else 1, host, ordinal], dtype=torch.int64)
-        votes = [torch.zeros(3, dtype=torch.int64) for _ in range(self._size)]
+        plugin = torch.fl.get_device_properties(device)["plugin"] if device >= 0 else ""
+        name = torch.zeros(self._PLUGIN_NAME_WORDS * 8, dtype=torch.uint8)
+        encoded = plugin.encode()[: name.numel()]
+        name[: len(encoded)] = torch.tensor(list(encoded), dtype=torch.uint8)
+        mine = torch.cat([torch.tensor([0 if reason else 1, host, ordinal], dtype=torch.int64), name.view(torch.int64)])
+        votes = [torch.zeros_like(mine) for _ in range(self._size)]
         self._gloo.allgather([votes], [mine]).wait()
+        rank_plugins = [bytes(v[3:].view(torch.uint8).tolist()).rstrip(b"\0").decode(errors="replace") for v in votes]
         if not valid:
             raise ValueError(f"FL_CCL={mode!r}: expected auto, gloo or nccl")
         able = all(int(v[0]) == 1 for v in votes)
         shared_gpu = len({(int(v[1]), int(v[2])) for v in votes}) < self._size
         if able and not shared_gpu:
-            return NativeCollectives(store, self._rank, self._size, timeout, device)
+            return NativeCollectives(store, self._rank, self._size, timeout, device), rank_plugins
         if mode == "nccl":
             why = (f"on this rank, {reason}" if reason else "another rank cannot" if not able
                    else "two ranks are on one GPU (set each rank's device with torch.fl.set_device)")
             raise RuntimeError(f"FL_CCL=nccl, but the group cannot use NCCL: {why}")
-        return None
+        return None, rank_plugins
 
     @property
     def route(self) -> str:

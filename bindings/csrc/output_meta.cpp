@@ -127,13 +127,19 @@ bool conv_channels_last(const at::Tensor& input, const at::Tensor& weight) {
                               weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast);
 }
 
-// A 4-D meta in channels_last strides, `sizes` in NCHW order.
+// A 4-D or 5-D meta in channels_last (channels_last_3d) strides, `sizes` in NC(D)HW order:
+// the channels vary fastest, then the spatial dims from the last, then the batch.
 TensorMeta channels_last_meta(std::vector<int64_t> sizes, c10::ScalarType dtype) {
   TensorMeta m;
   m.defined = true;
   m.dtype = dtype;
-  const int64_t c = std::max<int64_t>(sizes[1], 1), h = std::max<int64_t>(sizes[2], 1), w = std::max<int64_t>(sizes[3], 1);
-  m.strides = {h * w * c, 1, w * c, c};
+  m.strides.assign(sizes.size(), 1);
+  int64_t stride = std::max<int64_t>(sizes[1], 1);
+  for (size_t d = sizes.size() - 1; d >= 2; --d) {
+    m.strides[d] = stride;
+    stride *= std::max<int64_t>(sizes[d], 1);
+  }
+  m.strides[0] = stride;
   m.sizes = std::move(sizes);
   return m;
 }
@@ -142,17 +148,9 @@ TensorMeta channels_last_meta(std::vector<int64_t> sizes, c10::ScalarType dtype)
 // gives: channels_last (4-D), channels_last_3d (5-D), else contiguous.
 TensorMeta meta_in_suggested_format(const at::Tensor& t) {
   const auto format = t.suggest_memory_format();
-  if (t.dim() == 4 && format == at::MemoryFormat::ChannelsLast) return channels_last_meta(t.sizes().vec(), t.scalar_type());
-  if (t.dim() == 5 && format == at::MemoryFormat::ChannelsLast3d) {
-    TensorMeta m;
-    m.defined = true;
-    m.dtype = t.scalar_type();
-    m.sizes = t.sizes().vec();
-    const int64_t c = std::max<int64_t>(m.sizes[1], 1), d = std::max<int64_t>(m.sizes[2], 1),
-                  h = std::max<int64_t>(m.sizes[3], 1), w = std::max<int64_t>(m.sizes[4], 1);
-    m.strides = {d * h * w * c, 1, h * w * c, w * c, c};
-    return m;
-  }
+  if ((t.dim() == 4 && format == at::MemoryFormat::ChannelsLast) ||
+      (t.dim() == 5 && format == at::MemoryFormat::ChannelsLast3d))
+    return channels_last_meta(t.sizes().vec(), t.scalar_type());
   return contiguous_meta(t.sizes().vec(), t.scalar_type());
 }
 

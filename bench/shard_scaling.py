@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch_fl  # noqa: E402
 from hetero import WORKLOADS, _batches  # noqa: E402
-from torch_fl.parallel import device_context, fit_line, synchronize_device  # noqa: E402
+from torch_fl.balancer import fit_line  # noqa: E402
+from torch_fl.parallel import device_context, synchronize_device  # noqa: E402
 
 
 def time_sizes(workload: str, device: str, sizes: list[int], reps: int,

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 import torch_fl
 
-from torch_fl.parallel import HeteroDataParallel, ThroughputBalancer
+from torch_fl.balancer import ThroughputBalancer
+from torch_fl.parallel import HeteroDataParallel
 
 
 # ---- the balancer -----------------------------------------------------------------------
@@ -554,7 +555,7 @@ def test_the_master_alone_is_timed_before_each_rebalance_and_corrects_its_slowdo
         alone[master] = 40
         monkeypatch.setattr(hdp.balancer, "plan", lambda *args, **kwargs: list(alone))
         hdp.balancer.probing = False
-        hdp._forget_plans()
+        hdp.schedule.forget()
         hdp.balancer.slowdown[master] = 50.0  # as if its calibration had been far off
         changed = []
         for x, y in zip(xs[1:], ys[1:]):
@@ -1076,13 +1077,13 @@ def test_a_step_with_a_new_shard_size_is_a_warm_up_and_runs_again():
     try:
         hdp.train_step(xs[0], ys[0], F.cross_entropy)  # calibrates at 64 and 16, then a step
         hdp.train_step(xs[1], ys[1], F.cross_entropy)  # (the first split's warm rerun, if cold)
-        assert hdp.granularity is None and hdp._granularity(64) == 4
+        assert hdp.granularity is None and hdp.schedule.granularity_for(64) == 4
         observed = hdp.balancer.observations
-        hdp._shards_for[64] = [36, 28]                  # a split neither device has run
+        hdp.schedule.planned[64] = [36, 28]                  # a split neither device has run
         hdp.train_step(xs[2], ys[2], F.cross_entropy)
         assert hdp.last_shards == [36, 28]
         assert hdp.balancer.observations == observed    # the warm-up is not measured...
-        hdp._shards_for[64] = [64, 0]
+        hdp.schedule.planned[64] = [64, 0]
         hdp.train_step(xs[3], ys[3], F.cross_entropy)
         assert hdp.last_shards == [36, 28]              # ...the same split runs again, warm
         assert hdp.balancer.observations == observed + 1

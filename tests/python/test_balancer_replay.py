@@ -1,0 +1,129 @@
+"""torch_fl.balancer.SplitSchedule driven with synthetic step times: which steps count, and which
+split a whole run keeps, for step-time patterns measured on the H200 (a CPU-plugin device beside
+the GPU, wide MLP at batch 65536: the GPU alone ~0.1725 µs/sample, a CPU + GPU split a few
+percent faster in steady state, its first step after steps of the GPU alone 10-80% slower).
+No device is touched: the schedule sees shard sizes and seconds only."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from torch_fl.balancer import SplitSchedule, ThroughputBalancer, device_set
+
+BATCH = 65536
+ALONE = 0.1725e-6  # s/sample of the GPU alone
+
+
+def _h200_like_balancer(ema: float = 0.3) -> ThroughputBalancer:
+    """A balancer calibrated as on the H200 machine: device 0 the CPU plugin (4 ms + 1.48 µs
+    per sample, 0.4 ms of transfers), device 1 the GPU (0.1 ms + 0.176 µs per sample)."""
+    b = ThroughputBalancer(2, ema=ema)
+    b.calibrate(0, [(16384, 0.004 + 1.48e-6 * 16384), (65536, 0.004 + 1.48e-6 * 65536)] * 2, 0.0004)
+    b.calibrate(1, [(16384, 0.0001 + 1.76e-7 * 16384), (65536, 0.0001 + 1.76e-7 * 65536)] * 2, 0.0)
+    return b
+
+
+def _replay(split_gain: float, seed: int, steps: int = 144, switch_in=(1.0, 1.6), ema: float = 0.3):
+    """Runs a schedule for `steps` steps whose times are drawn as described in the module's
+    docstring; returns (the share of steps that ran the split, the mean step time per sample
+    after the first 12 steps relative to the GPU alone)."""
+    rng = random.Random(seed)
+    schedule = SplitSchedule(_h200_like_balancer(ema), rebalance_every=10, granularity=1024)
+    schedule.warm.update({(0, 16384), (0, BATCH), (1, 16384), (1, BATCH)})  # as calibration leaves it
+    last, split_steps, spent, counted = None, 0, 0.0, 0
+    for step in range(steps):
+        sizes = schedule.sizes(BATCH, step)
+        active = device_set(sizes)
+        if active == (1,):
+            per_sample = ALONE + rng.gauss(0, 0.0015e-6)
+        elif active == (0, 1):
+            split_steps += 1
+            per_sample = ALONE * (1 - split_gain) + rng.gauss(0, 0.0015e-6)
+            if last is not None and last != active:
+                per_sample *= rng.uniform(*switch_in)
+        else:  # the CPU alone
+            per_sample = 1.6e-6
+        if schedule.cold_shards(sizes):
+            per_sample *= 2  # a new shape's warm-up
+        device_seconds = [None, None]
+        if sizes[0]:
+            device_seconds[0] = (0.004 + 1.48e-6 * sizes[0]) * rng.uniform(0.95, 1.2)
+        if sizes[1] and active != (1,):
+            device_seconds[1] = (0.0001 + 1.76e-7 * sizes[1]) * rng.uniform(0.98, 1.05)
+        schedule.after_step(BATCH, sizes, per_sample * BATCH, device_seconds, 0.0)
+        last = active
+        if step >= 12:
+            spent, counted = spent + per_sample, counted + 1
+    return split_steps / steps, spent / counted / ALONE
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_split_faster_in_steady_state_keeps_its_place_through_probes(seed):
+    """A split 3.5% faster per step than the GPU alone, whose first step after a probe of the
+    GPU alone pays a switch-in cost: it runs nearly all steps. Before the return rule (the step
+    back from a probe was recorded) the same eight replays kept the split on 9-56% of steps."""
+    share, relative_time = _replay(split_gain=0.035, seed=seed)
+    assert share >= 0.9
+    assert relative_time < 0.985
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_split_slower_than_the_gpu_alone_runs_only_when_probed(seed):
+    share, relative_time = _replay(split_gain=-0.03, seed=seed)
+    assert share <= 0.1
+    assert relative_time < 1.01
+
+
+def _two_device_schedule() -> SplitSchedule:
+    b = ThroughputBalancer(2, probe_every=1)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])
+    b.calibrate(1, [(16, 0.0016), (64, 0.0064)])
+    schedule = SplitSchedule(b, rebalance_every=1, granularity=1)
+    schedule.warm.update((i, n) for i in (0, 1) for n in range(65))
+    return schedule
+
+
+def test_the_step_back_from_a_probe_is_not_recorded_the_probe_is():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064])          # the incumbent, recorded
+    recorded = b.measured["1"]
+    b.probing = True                                                   # as plan() leaves it for a probe
+    schedule.after_step(64, [8, 56], 0.0070, [0.008, 0.0056])          # the probe: recorded as it is
+    assert b.measured["0,1"] == pytest.approx(0.0070 / 64)
+    b.probing = False
+    schedule.after_step(64, [0, 64], 0.0200, [None, 0.02])             # back, with a switch-in cost
+    assert b.measured["1"] == recorded
+    schedule.after_step(64, [0, 64], 0.0066, [None, 0.0066])           # the next one counts
+    assert b.measured["1"] == pytest.approx(0.7 * recorded + 0.3 * 0.0066 / 64)
+
+
+def test_a_set_change_that_is_not_the_end_of_a_probe_is_recorded():
+    """A re-plan (the balancer moved on from a beaten split) changes the set without a probe:
+    that step is measured, as it is what the choice costs."""
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.after_step(64, [8, 56], 0.0070, [0.008, 0.0056])
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064])
+    assert b.measured["1"] == pytest.approx(0.0064 / 64)  # a first real step faster than calibrated
+
+
+def test_a_step_after_a_pause_longer_than_the_step_before_is_not_recorded():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0001)
+    recorded, observations = b.measured["1"], b.observations
+    schedule.after_step(64, [0, 64], 0.0300, [None, 0.03], idle_seconds=0.5)   # after an evaluation
+    assert (b.measured["1"], b.observations) == (recorded, observations)
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0064)  # not longer: counts
+    assert b.observations == observations + 1
+
+
+def test_a_warm_up_runs_again_and_is_not_recorded():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.warm.discard((0, 9))
+    schedule.after_step(64, [9, 55], 0.05, [0.05, 0.006])
+    assert "0,1" not in b.measured
+    assert schedule.sizes(64, 1) == [9, 55]  # the same split again, measured this time

@@ -128,6 +128,9 @@ def main() -> None:
     p.add_argument("--granularity", type=int, default=0,
                    help="shard sizes are multiples of this (0: HeteroDataParallel's default, the largest "
                         "power of two up to batch/16); finer lets a small device's shard come closer to its share")
+    p.add_argument("--split", nargs="+", type=float, default=None,
+                   help="a fixed split instead of the balancer: one proportion per device (the device with "
+                        "the largest reduces); to measure what a split gives, against what the balancer chooses")
     args = p.parse_args()
 
     for d in args.devices:
@@ -139,6 +142,8 @@ def main() -> None:
         raise SystemExit("--samples applies to --model wide only")
     if args.batch_size < 0 or args.samples < 0 or args.granularity < 0:
         raise SystemExit("--batch-size, --samples and --granularity must not be negative")
+    if args.split is not None and len(args.split) != len(args.devices):
+        raise SystemExit(f"--split needs one proportion per device ({len(args.devices)}), got {len(args.split)}")
     if args.epochs < 2:
         raise SystemExit(f"--epochs {args.epochs}: at least 2 are needed, the first epoch includes the "
                          "calibration and only the later ones are compared with each device alone")
@@ -158,9 +163,14 @@ def main() -> None:
     alone_loops = {d: AloneLoop(d, make_model, xtr, ytr, args.batch_size, args.lr) for d in args.devices}
 
     torch.manual_seed(args.seed)
+    # A fixed split is not calibrated, so nothing would move the reduction to the fastest
+    # device: the one with the largest share reduces.
+    reduce_device = None if args.split is None else args.devices[max(range(len(args.split)), key=args.split.__getitem__)]
     hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
                              rebalance_every=args.rebalance_every, granularity=args.granularity or None,
-                             ema=args.ema)
+                             ema=args.ema, split=args.split, reduce_device=reduce_device)
+    if args.split is not None:
+        print(f"fixed split {args.split} (no balancer), gradients reduced on {hdp.reduce_device}")
     steps: list[dict] = []  # --history: every step of the pair
     pair_samples, pair_seconds = 0, 0.0
     pair_epochs: list[float] = []  # samples/s of each epoch after the calibration

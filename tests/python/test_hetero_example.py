@@ -86,3 +86,19 @@ def test_example_needs_an_epoch_after_the_calibration():
     assert r.returncode != 0
     assert "--epochs 1: at least 2 are needed" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_example_with_a_fixed_split_runs_it_every_step_and_reduces_on_the_largest_share(tmp_path):
+    history = tmp_path / "history.json"
+    out = _run_example("--model", "wide", "--samples", "4096", "--batch-size", "512", "--epochs", "2",
+                       "--split", "1", "3", "--history", str(history))
+    assert "fixed split [1.0, 3.0] (no balancer), gradients reduced on fl:1" in out
+    import json
+    data = json.loads(history.read_text())
+    assert [s["shards"] for s in data["steps"]] == [[128, 384]] * 12
+    assert data["args"]["split"] == [1.0, 3.0]
+
+
+def test_example_rejects_a_split_without_one_proportion_per_device():
+    r = _example_process("--model", "wide", "--samples", "4096", "--batch-size", "512", "--split", "1", timeout=120)
+    assert r.returncode != 0 and "--split needs one proportion per device (2), got 1" in r.stderr

@@ -181,11 +181,15 @@ def main() -> None:
         for xb, yb in batches(xtr, ytr, args.batch_size):
             step_start = time.perf_counter()
             losses.append(hdp.train_step(xb, yb, F.cross_entropy))
+            step_seconds = time.perf_counter() - step_start
             shards[tuple(hdp.last_shards)] = shards.get(tuple(hdp.last_shards), 0) + 1
             samples += len(xb)
             if args.history:
-                steps.append({"epoch": epoch + 1, "shards": list(hdp.last_shards),
-                              "seconds": time.perf_counter() - step_start, "records": dict(hdp.balancer.measured)})
+                # device_seconds: each device's forward/backward of its shard (None where not timed),
+                # to tell which device a slow step waited for.
+                steps.append({"epoch": epoch + 1, "shards": list(hdp.last_shards), "seconds": step_seconds,
+                              "device_seconds": list(hdp.last_device_seconds),
+                              "records": dict(hdp.balancer.measured)})
         seconds = time.perf_counter() - start
         rate = samples / seconds
         if epoch > 0:  # the first epoch includes calibration

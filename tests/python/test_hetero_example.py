@@ -70,6 +70,7 @@ def test_example_writes_every_step_to_its_history(tmp_path):
     assert data["args"]["ema"] == 0.1
     assert [s["epoch"] for s in data["steps"]] == [1] * 6 + [2] * 6  # 3276 training rows: 6 batches of 512
     assert all(sum(s["shards"]) == 512 and s["seconds"] > 0 for s in data["steps"])
+    assert all(len(s["device_seconds"]) == 2 for s in data["steps"])
     assert set(data["steps"][-1]["records"]) >= {"0", "1"}  # each device alone, from the calibration on
     assert set(data["alone_windows"]) == {"fl:0", "fl:1"} and all(len(w) == 1 for w in data["alone_windows"].values())
     assert data["balancer_history"] and f"history: 12 steps written to {history}" in out
@@ -96,6 +97,8 @@ def test_example_with_a_fixed_split_runs_it_every_step_and_reduces_on_the_larges
     import json
     data = json.loads(history.read_text())
     assert [s["shards"] for s in data["steps"]] == [[128, 384]] * 12
+    # Each device's forward/backward of its shard, to tell which one a slow step waited for.
+    assert all(all(t is not None and 0 < t <= s["seconds"] for t in s["device_seconds"]) for s in data["steps"])
     assert data["args"]["split"] == [1.0, 3.0]
 
 

@@ -120,6 +120,20 @@ def test_a_step_after_a_pause_longer_than_the_step_before_is_not_recorded():
     assert b.observations == observations + 1
 
 
+def test_a_loop_that_waits_longer_for_each_batch_than_a_step_takes_is_still_recorded():
+    """Data-bound: every step follows 2x its own time of waiting for the next batch. Only a wait
+    PAUSE times the usual one counts as a pause."""
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    for _ in range(5):
+        schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0128)
+    assert b.observations == 5
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.2)  # an evaluation
+    assert b.observations == 5
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0128)
+    assert b.observations == 6
+
+
 def test_a_warm_up_runs_again_and_is_not_recorded():
     schedule = _two_device_schedule()
     b = schedule.balancer

@@ -403,8 +403,10 @@ class SplitSchedule:
       last warm split instead of warming up a new one.
     - a return: the step after a probe that runs another device set than the probe did (the
       set the probe interrupted, as a rule), and the first step after a pause (the caller
-      spent longer between two steps than the step before took: an evaluation, a
-      checkpoint, the example's timing windows between epochs). Such a step pays a switch-in
+      spent longer between two steps than the step before took, and PAUSE times longer
+      than it usually does: an evaluation, a checkpoint, the example's timing windows
+      between epochs; a loop whose batches take longer to load than a step is not paused
+      at every step). Such a step pays a switch-in
       cost: on the H200 (wide MLP, batch 65536) a CPU + GPU split's first step after steps of
       the GPU alone took 0.17-0.31 µs/sample, median 0.19, where its steady steps took
       0.161-0.169 (the host device's threads and caches had gone cold). Recorded, the step
@@ -417,6 +419,8 @@ class SplitSchedule:
 
     Shard sizes are multiples of the granularity (`granularity`, or batch/16 rounded down to a
     power of two), so that a drifting split reuses a few shapes."""
+
+    PAUSE = 4.0  # a pause: longer between steps than the step before, and PAUSE x the usual time between steps
 
     def __init__(self, balancer: ThroughputBalancer, rebalance_every: int = 10, granularity: int | None = None):
         self.balancer = balancer
@@ -432,6 +436,7 @@ class SplitSchedule:
         self._last_set: tuple[int, ...] | None = None  # the device set of the last step,
         self._last_probed = False  # whether the balancer had planned it as a probe,
         self._last_seconds: float | None = None  # and its wall time
+        self._usual_idle: float | None = None  # the caller's time between steps (EMA, pauses left out)
 
     def granularity_for(self, batch_size: int) -> int:
         if self.granularity is not None:
@@ -484,7 +489,9 @@ class SplitSchedule:
         self._warm_split[(batch_size, active)] = list(sizes)
         returned = self._last_probed and self._last_set is not None and active != self._last_set
         paused = (idle_seconds is not None and self._last_seconds is not None
-                  and idle_seconds > self._last_seconds)
+                  and idle_seconds > max(self._last_seconds, self.PAUSE * (self._usual_idle or 0.0)))
+        if idle_seconds is not None and not paused:
+            self._usual_idle = idle_seconds if self._usual_idle is None else 0.9 * self._usual_idle + 0.1 * idle_seconds
         self._last_set, self._last_probed, self._last_seconds = active, self.balancer.probing, step_seconds
         if cold:
             self._rerun = (batch_size, list(sizes))  # a warm-up: measure this split on the next step

@@ -133,6 +133,97 @@ bool batch_norm_backward_elemt(const std::vector<c10::IValue>& in, std::vector<a
   return assign(out[0], at::mul(at::sub(at::sub(dy, per_channel(mean_dy, x)), projection), per_channel(scale, x)));
 }
 
+// ---- LSTM and GRU cells. ATen's RNN runs its cells fused on CUDA, XPU and PrivateUse1
+// devices (RNN.cpp), and has these four ops for CUDA only; after ATen's CUDA kernels
+// (cuda/RNN.cu), in the accumulation type. Gates are [N, 4H] (LSTM: input, forget, cell,
+// output) or [N, 3H] (GRU: reset, input, new), hidden states [N, H].
+
+// input_gates + hidden_gates (+ input_bias + hidden_bias), in the accumulation type.
+at::Tensor summed_gates(const std::vector<c10::IValue>& in) {
+  at::Tensor gates = at::add(in_acc(T(in, 0)), in_acc(T(in, 1)));
+  if (const at::Tensor* input_bias = optional_tensor(in, 3)) gates = at::add(gates, in_acc(*input_bias));
+  if (const at::Tensor* hidden_bias = optional_tensor(in, 4)) gates = at::add(gates, in_acc(*hidden_bias));
+  return gates;
+}
+
+// (input_gates, hidden_gates, cx, input_bias?, hidden_bias?) -> (hy, cy, workspace): the
+// workspace keeps the activated gates for the backward.
+bool fused_lstm_cell(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
+  const auto gates = summed_gates(in).chunk(4, 1);
+  const at::Tensor i = at::sigmoid(gates[0]), f = at::sigmoid(gates[1]);
+  const at::Tensor g = at::tanh(gates[2]), o = at::sigmoid(gates[3]);
+  const at::Tensor cy = at::add(at::mul(f, in_acc(T(in, 2))), at::mul(i, g));
+  assign(out[0], at::mul(o, at::tanh(cy)));
+  assign(out[1], cy);
+  return assign(out[2], at::cat({i, f, g, o}, 1));
+}
+
+// (grad_hy?, grad_cy?, cx, cy, workspace, has_bias) -> (grad_gates, grad_cx, grad_bias?).
+bool fused_lstm_cell_backward(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
+  const at::Tensor cx = in_acc(T(in, 2)), cy = in_acc(T(in, 3));
+  const auto w = in_acc(T(in, 4)).chunk(4, 1);
+  const at::Tensor &i = w[0], &f = w[1], &g = w[2], &o = w[3];
+  const at::Tensor* grad_hy = optional_tensor(in, 0);
+  const at::Tensor* grad_cy = optional_tensor(in, 1);
+  const at::Tensor go = grad_hy ? in_acc(*grad_hy) : at::zeros_like(cy);
+  const at::Tensor tanh_cy = at::tanh(cy);
+  at::Tensor gcx = at::mul(at::mul(go, o), at::rsub(at::mul(tanh_cy, tanh_cy), 1));
+  if (grad_cy) gcx = at::add(gcx, in_acc(*grad_cy));
+  const auto sigmoid_grad = [](const at::Tensor& grad, const at::Tensor& s) {
+    return at::mul(at::mul(grad, at::rsub(s, 1)), s);
+  };
+  const at::Tensor grad_gates = at::cat({sigmoid_grad(at::mul(gcx, g), i), sigmoid_grad(at::mul(gcx, cx), f),
+                                         at::mul(at::mul(gcx, i), at::rsub(at::mul(g, g), 1)),
+                                         sigmoid_grad(at::mul(go, tanh_cy), o)},
+                                        1);
+  assign(out[0], grad_gates);
+  assign(out[1], at::mul(gcx, f));
+  if (in[5].toBool() && out[2].defined()) assign(out[2], at::sum(grad_gates, 0));
+  return true;
+}
+
+// (input_gates, hidden_gates, hx, input_bias?, hidden_bias?) -> (hy, workspace [N, 5H]:
+// reset, input and new gates, hx, and the hidden new gate with its bias).
+bool fused_gru_cell(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
+  const auto x = in_acc(T(in, 0)).chunk(3, 1);
+  const auto h = in_acc(T(in, 1)).chunk(3, 1);
+  const at::Tensor hx = in_acc(T(in, 2));
+  at::Tensor xr = x[0], xi = x[1], xn = x[2], hr = h[0], hi = h[1], hn = h[2];
+  if (const at::Tensor* input_bias = optional_tensor(in, 3)) {
+    const auto b = in_acc(*input_bias).chunk(3, 0);
+    xr = at::add(xr, b[0]), xi = at::add(xi, b[1]), xn = at::add(xn, b[2]);
+  }
+  if (const at::Tensor* hidden_bias = optional_tensor(in, 4)) {
+    const auto b = in_acc(*hidden_bias).chunk(3, 0);
+    hr = at::add(hr, b[0]), hi = at::add(hi, b[1]), hn = at::add(hn, b[2]);
+  }
+  const at::Tensor r = at::sigmoid(at::add(xr, hr)), z = at::sigmoid(at::add(xi, hi));
+  const at::Tensor n = at::tanh(at::add(xn, at::mul(r, hn)));
+  assign(out[0], at::add(n, at::mul(z, at::sub(hx, n))));
+  return assign(out[1], at::cat({r, z, n, hx, hn}, 1));
+}
+
+// (grad_hy, workspace, has_bias) -> (grad_input_gates, grad_hidden_gates, grad_hx,
+// grad_input_bias?, grad_hidden_bias?).
+bool fused_gru_cell_backward(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
+  const at::Tensor go = in_acc(T(in, 0));
+  const auto w = in_acc(T(in, 1)).chunk(5, 1);
+  const at::Tensor &r = w[0], &z = w[1], &n = w[2], &hx = w[3], &hn = w[4];
+  const at::Tensor gz = at::mul(at::mul(at::mul(go, at::sub(hx, n)), at::rsub(z, 1)), z);
+  const at::Tensor gn = at::mul(at::mul(go, at::rsub(z, 1)), at::rsub(at::mul(n, n), 1));
+  const at::Tensor gr = at::mul(at::mul(at::mul(gn, hn), at::rsub(r, 1)), r);
+  const at::Tensor grad_input_gates = at::cat({gr, gz, gn}, 1);
+  const at::Tensor grad_hidden_gates = at::cat({gr, gz, at::mul(gn, r)}, 1);
+  assign(out[0], grad_input_gates);
+  assign(out[1], grad_hidden_gates);
+  assign(out[2], at::mul(go, z));
+  if (in[2].toBool()) {
+    if (out[3].defined()) assign(out[3], at::sum(grad_input_gates, 0));
+    if (out[4].defined()) assign(out[4], at::sum(grad_hidden_gates, 0));
+  }
+  return true;
+}
+
 const std::unordered_map<std::string, GenericKernel>& registry() {
   static const std::unordered_map<std::string, GenericKernel> kernels = {
       // self + value * t1 * t2
@@ -178,6 +269,10 @@ const std::unordered_map<std::string, GenericKernel>& registry() {
       {"aten::batch_norm_elemt.out", batch_norm_elemt},
       {"aten::batch_norm_backward_reduce.out", batch_norm_backward_reduce},
       {"aten::batch_norm_backward_elemt.out", batch_norm_backward_elemt},
+      {"aten::_thnn_fused_lstm_cell.out", fused_lstm_cell},
+      {"aten::_thnn_fused_lstm_cell_backward_impl.out", fused_lstm_cell_backward},
+      {"aten::_thnn_fused_gru_cell.out", fused_gru_cell},
+      {"aten::_thnn_fused_gru_cell_backward.out", fused_gru_cell_backward},
       // mean = sum / count over the reduced dims
       {"aten::mean.out",
        [](const auto& in, auto& out) {

@@ -207,6 +207,32 @@ std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::
     if (a[7].toBool()) outs[3] = contiguous_meta(c, param_dtype);
     return outs;
   }
+  // The fused LSTM cell: its Meta kernel (torch/_meta_registrations.py) reads .device of a
+  // bias that is None, so an LSTM without biases failed there; as cuda/RNN.cu allocates them.
+  if (name == "aten::_thnn_fused_lstm_cell") {
+    const at::Tensor& gates = a[0].toTensor();
+    const at::Tensor& cx = a[2].toTensor();
+    return std::vector<TensorMeta>{contiguous_meta(cx.sizes().vec(), cx.scalar_type()),
+                                   contiguous_meta(cx.sizes().vec(), cx.scalar_type()),
+                                   contiguous_meta(gates.sizes().vec(), gates.scalar_type())};
+  }
+  // The fused GRU cell (CUDA-only in PyTorch, no Meta kernel; generic_kernels.cpp runs it):
+  // as cuda/RNN.cu allocates them, hy like hx, a workspace of 5 hidden widths, and gradients
+  // of 3 (the biases' only when asked for).
+  if (name == "aten::_thnn_fused_gru_cell") {
+    const at::Tensor& hx = a[2].toTensor();
+    return std::vector<TensorMeta>{contiguous_meta(hx.sizes().vec(), hx.scalar_type()),
+                                   contiguous_meta({hx.size(0), hx.size(1) * 5}, hx.scalar_type())};
+  }
+  if (name == "aten::_thnn_fused_gru_cell_backward") {
+    const at::Tensor& grad_hy = a[0].toTensor();
+    const int64_t rows = grad_hy.size(0), gates = grad_hy.size(1) * 3;
+    const c10::ScalarType dtype = grad_hy.scalar_type();
+    std::vector<TensorMeta> outs{contiguous_meta({rows, gates}, dtype), contiguous_meta({rows, gates}, dtype),
+                                 contiguous_meta(grad_hy.sizes().vec(), dtype), TensorMeta{}, TensorMeta{}};
+    if (a[2].toBool()) outs[3] = outs[4] = contiguous_meta({gates}, dtype);
+    return outs;
+  }
   if (name == "aten::convolution_backward_overrideable") {
     const at::Tensor& input = a[1].toTensor();
     const at::Tensor& weight = a[2].toTensor();

@@ -328,3 +328,33 @@ def test_sync_batch_norm_statistics_of_bfloat16_are_float32():
     assert mean.dtype == invstd.dtype == torch.float32
     torch.testing.assert_close(mean.cpu(), x.float().mean(0))
     torch.testing.assert_close(invstd.cpu(), (x.float().var(0, unbiased=False) + 1e-5).rsqrt())
+
+
+@pytest.mark.parametrize("cls", [torch.nn.LSTM, torch.nn.GRU])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-12), (torch.float32, 1e-5)])
+def test_lstm_and_gru_run_their_fused_cells_through_the_generic_tier_and_match_cpu(cls, bias, dtype, atol):
+    # ATen runs RNN cells fused on PrivateUse1 devices (_thnn_fused_lstm_cell, _gru_cell and
+    # their backwards), which PyTorch has for CUDA only: they failed on fl. Two layers, both
+    # directions, the final state in the loss, a bias-free variant (whose Meta kernel fails).
+    torch.manual_seed(0)
+    ref = cls(6, 5, num_layers=2, bidirectional=True, batch_first=True, bias=bias).to(dtype)
+    model = cls(6, 5, num_layers=2, bidirectional=True, batch_first=True, bias=bias).to(dtype)
+    model.load_state_dict(ref.state_dict())
+    model.to("fl:0")
+    x = torch.randn(3, 4, 6, dtype=dtype)
+    outputs = []
+    for m, device in ((ref, "cpu"), (model, "fl:0")):
+        y, state = m(x.to(device))
+        h = state[0] if cls is torch.nn.LSTM else state
+        (y.pow(2).sum() + h.sum()).backward()
+        outputs.append((y, h))
+    for got, want in zip(outputs[1], outputs[0]):
+        torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=0, atol=atol)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=0, atol=atol * 10)
+    cell = "_thnn_fused_lstm_cell" if cls is torch.nn.LSTM else "_thnn_fused_gru_cell"
+    backward = "_thnn_fused_lstm_cell_backward_impl" if cls is torch.nn.LSTM else "_thnn_fused_gru_cell_backward"
+    for op in (cell, backward):
+        assert torch_fl.op_support(op) == "generic", op
+        assert torch_fl.fallback_stats()[f"aten::{op}"]["generic"] >= 1, op

@@ -100,19 +100,32 @@ def test_the_step_back_from_a_probe_is_not_recorded_the_probe_is():
 
 
 def test_a_set_change_that_is_not_the_end_of_a_probe_is_recorded():
-    """A re-plan (the balancer moved on from a beaten split) changes the set without a probe:
-    that step is measured, as it is what the choice costs."""
+    """A set change that no probe caused (a re-plan after a beaten split, a re-balance) is
+    measured: it is what the choice costs."""
     schedule = _two_device_schedule()
     b = schedule.balancer
     schedule.after_step(64, [8, 56], 0.0070, [0.008, 0.0056])
-    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064])
-    assert b.measured["1"] == pytest.approx(0.0064 / 64)  # a first real step faster than calibrated
+    schedule.after_step(64, [0, 64], 0.0060, [None, 0.0060])
+    assert b.observations == 2
+    assert b.measured["1"] == pytest.approx(0.0060 / 64)  # a first real step faster than calibrated
+
+
+def test_a_probe_right_after_a_probe_of_another_set_is_measured():
+    """Back-to-back probes (three devices' calibrated-only sets, probe_every=1): each probe's
+    step gives its verdict, none is taken for a return."""
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    b.probing = True
+    schedule.after_step(64, [8, 56], 0.0070, [0.008, 0.0056])
+    schedule.after_step(64, [64, 0], 0.0640, [0.064, None])
+    assert b.observations == 2 and b.measured["0"] == pytest.approx(0.0640 / 64)
 
 
 def test_a_step_after_a_pause_longer_than_the_step_before_is_not_recorded():
     schedule = _two_device_schedule()
     b = schedule.balancer
-    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0001)
+    for _ in range(3):  # a pause is judged against the usual wait, once three are known
+        schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0001)
     recorded, observations = b.measured["1"], b.observations
     schedule.after_step(64, [0, 64], 0.0300, [None, 0.03], idle_seconds=0.5)   # after an evaluation
     assert (b.measured["1"], b.observations) == (recorded, observations)
@@ -121,17 +134,34 @@ def test_a_step_after_a_pause_longer_than_the_step_before_is_not_recorded():
 
 
 def test_a_loop_that_waits_longer_for_each_batch_than_a_step_takes_is_still_recorded():
-    """Data-bound: every step follows 2x its own time of waiting for the next batch. Only a wait
-    PAUSE times the usual one counts as a pause."""
+    """Data-bound: every step follows 2x its own time of waiting for the next batch (the first,
+    as train_step gives it, with no wait known). Only a wait PAUSE times the usual one is a
+    pause."""
     schedule = _two_device_schedule()
     b = schedule.balancer
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=None)
     for _ in range(5):
         schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0128)
-    assert b.observations == 5
-    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.2)  # an evaluation
-    assert b.observations == 5
-    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0128)
     assert b.observations == 6
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.2)  # an evaluation
+    assert b.observations == 6
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0128)
+    assert b.observations == 7
+
+
+def test_a_loop_that_turns_data_bound_is_recorded_again_once_its_waits_are_usual():
+    """Prefetched batches first (no wait), then each wait 2x a step: those waits count as
+    pauses only until they are the median of the recent ones."""
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=None)
+    for _ in range(SplitSchedule.IDLE_WINDOW):
+        schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.00005)
+    before = b.observations
+    for _ in range(50):
+        schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0128)
+    skipped = 50 - (b.observations - before)
+    assert 0 < skipped <= SplitSchedule.IDLE_WINDOW // 2 + 1
 
 
 def test_a_warm_up_runs_again_and_is_not_recorded():

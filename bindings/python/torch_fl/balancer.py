@@ -402,11 +402,12 @@ class SplitSchedule:
       runs again on the next step and that one is measured; a probe reuses its device set's
       last warm split instead of warming up a new one.
     - a return: the step after a probe that runs another device set than the probe did (the
-      set the probe interrupted, as a rule), and the first step after a pause (the caller
-      spent longer between two steps than the step before took, and PAUSE times longer
-      than it usually does: an evaluation, a checkpoint, the example's timing windows
-      between epochs; a loop whose batches take longer to load than a step is not paused
-      at every step). Such a step pays a switch-in
+      set the probe interrupted, as a rule; a probe that follows a probe is measured), and
+      the first step after a pause (the caller spent longer between two steps than the step
+      before took, and PAUSE times longer than the median of its last IDLE_WINDOW times
+      between steps: an evaluation, a checkpoint, the example's timing windows between
+      epochs; a loop whose batches take longer to load than a step is paused only until
+      its waits fill half the window). Such a step pays a switch-in
       cost: on the H200 (wide MLP, batch 65536) a CPU + GPU split's first step after steps of
       the GPU alone took 0.17-0.31 µs/sample, median 0.19, where its steady steps took
       0.161-0.169 (the host device's threads and caches had gone cold). Recorded, the step
@@ -421,6 +422,7 @@ class SplitSchedule:
     power of two), so that a drifting split reuses a few shapes."""
 
     PAUSE = 4.0  # a pause: longer between steps than the step before, and PAUSE x the usual time between steps
+    IDLE_WINDOW = 16  # the usual time between steps: the median of the last IDLE_WINDOW (pauses included)
 
     def __init__(self, balancer: ThroughputBalancer, rebalance_every: int = 10, granularity: int | None = None):
         self.balancer = balancer
@@ -436,7 +438,7 @@ class SplitSchedule:
         self._last_set: tuple[int, ...] | None = None  # the device set of the last step,
         self._last_probed = False  # whether the balancer had planned it as a probe,
         self._last_seconds: float | None = None  # and its wall time
-        self._usual_idle: float | None = None  # the caller's time between steps (EMA, pauses left out)
+        self._idles: collections.deque[float] = collections.deque(maxlen=self.IDLE_WINDOW)  # caller's waits
 
     def granularity_for(self, batch_size: int) -> int:
         if self.granularity is not None:
@@ -448,10 +450,12 @@ class SplitSchedule:
         return [(i, sizes[i]) for i in device_set(sizes) if (i, sizes[i]) not in self.warm]
 
     def forget(self) -> None:
-        """Drops the splits planned so far (after calibration or a resume)."""
+        """Drops the splits planned so far (after calibration or a resume), and what the
+        last step was: the next one is neither a return nor after a pause."""
         self.planned.clear()
         self._rerun = None
         self._replan_for = None
+        self._last_set, self._last_probed, self._last_seconds = None, False, None
 
     def sizes(self, batch_size: int, step: int) -> list[int]:
         """The split of step number `step` (counted from 0) for a batch of `batch_size` rows."""
@@ -487,11 +491,14 @@ class SplitSchedule:
         cold = self.cold_shards(sizes)
         self.warm.update(cold)
         self._warm_split[(batch_size, active)] = list(sizes)
-        returned = self._last_probed and self._last_set is not None and active != self._last_set
-        paused = (idle_seconds is not None and self._last_seconds is not None
-                  and idle_seconds > max(self._last_seconds, self.PAUSE * (self._usual_idle or 0.0)))
-        if idle_seconds is not None and not paused:
-            self._usual_idle = idle_seconds if self._usual_idle is None else 0.9 * self._usual_idle + 0.1 * idle_seconds
+        returned = (self._last_probed and not self.balancer.probing and self._last_set is not None
+                    and active != self._last_set)
+        paused = False
+        if idle_seconds is not None:
+            if self._last_seconds is not None and len(self._idles) >= 3:
+                usual = sorted(self._idles)[len(self._idles) // 2]
+                paused = idle_seconds > max(self._last_seconds, self.PAUSE * usual)
+            self._idles.append(idle_seconds)
         self._last_set, self._last_probed, self._last_seconds = active, self.balancer.probing, step_seconds
         if cold:
             self._rerun = (batch_size, list(sizes))  # a warm-up: measure this split on the next step

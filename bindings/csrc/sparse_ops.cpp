@@ -1,0 +1,150 @@
+// sparse_ops.cpp — sparse COO tensors on fl (the SparsePrivateUse1 dispatch key, "Sparsefl").
+//
+// A COO tensor on an fl device (torch.sparse_coo_tensor(..., device="fl:0"), or the gradient
+// of nn.Embedding(sparse=True)) dispatches to SparsePrivateUse1, which the dense router's
+// fallback (PrivateUse1) does not serve: a backend fallback is looked up for the exact key.
+// Without this file, building one failed with "Could not run
+// 'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the 'Sparsefl' backend".
+//
+// Two parts:
+// - Structure: constructing a COO tensor, reading its metadata, indices and values, cloning
+//   and copying it. ATen implements these once for every sparse backend (SparseCPU and
+//   SparseCUDA share the symbols); they only set sizes and flags or move the two dense
+//   buffers (indices, values) with dense ops, which the router serves on fl. Registered as
+//   they are.
+// - Values (coalesce, dense + sparse add, sparse + sparse add, mul, to_dense, ...): every
+//   other op runs ATen's SparseCPU kernel through at::native::cpu_fallback (tensors copied to
+//   host memory, the result and any tensor it writes copied back), counted and warned once
+//   like the dense router's CPU fallback tier (torch_fl.fallback_stats()), and refused as it
+//   is when fallback.strict is set or the CPU fallback is disabled.
+#include "fl_context.h"
+#include "op_info.h"
+
+#include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_coalesced_native.h>
+#include <ATen/ops/_indices_native.h>
+#include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
+#include <ATen/ops/_values_native.h>
+#include <ATen/ops/clone_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/copy_sparse_to_sparse_native.h>
+#include <ATen/ops/dense_dim_native.h>
+#include <ATen/ops/indices_native.h>
+#include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/sparse_dim_native.h>
+#include <ATen/ops/values_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <string>
+
+namespace fl::binding {
+namespace {
+
+std::string dtypes_of_tensors(const torch::jit::Stack& stack, size_t num_arguments) {
+  std::string out;
+  for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
+    if (!stack[i].isTensor() || !stack[i].toTensor().defined()) continue;
+    const at::Tensor& t = stack[i].toTensor();
+    if (!out.empty()) out += ", ";
+    out += std::string(c10::toString(t.scalar_type())) + (t.is_sparse() ? " sparse" : "");
+  }
+  return out;
+}
+
+void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  OpInfo& info = op_info(op);
+  const auto& cfg = runtime().config().fallback;
+  if (cfg.strict || !cfg.enable_cpu_fallback) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " on a sparse fl tensor (dtypes ",
+                                dtypes_of_tensors(*stack, info.num_arguments),
+                                ") needs the CPU fallback, and ",
+                                cfg.strict ? "fallback.strict is set" : "the CPU fallback is disabled");
+  }
+  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::SparseCPU)) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name,
+                                " is not available for sparse tensors on fl: PyTorch has no sparse CPU kernel "
+                                "for it to fall back on (dtypes ",
+                                dtypes_of_tensors(*stack, info.num_arguments), ")");
+  }
+  if (!info.warned.exchange(true)) {
+    TORCH_WARN("torch_fl: ", info.name, " (", dtypes_of_tensors(*stack, info.num_arguments),
+               ") on a sparse fl tensor ran through the cpu_fallback tier: sparse values are computed by "
+               "PyTorch's sparse CPU kernels on copies. This is warned once; see torch_fl.fallback_stats() "
+               "for counts.");
+  }
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/false, c10::DispatchKey::SparseCPU);
+  info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);
+}
+
+// ATen's sparse constructors make the (empty) index and value buffers on the current device of
+// the options' device type (SparseTensorImpl's constructor), relying on the device guard that
+// the generated wrappers of SparseCPU/SparseCUDA kernels put around them; registered directly,
+// these ops get none, and a tensor built for fl:1 while fl:0 was current failed ATen's
+// "device() == values_.device()" assert. So each gets the guard of its device here.
+at::Tensor with_dims(int64_t sparse_dim, int64_t dense_dim, at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                     std::optional<at::Layout> layout, std::optional<at::Device> device,
+                     std::optional<bool> pin_memory) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::new_with_dims_sparse(sparse_dim, dense_dim, size, dtype, layout, device, pin_memory);
+}
+
+at::Tensor with_dims_and_tensors(int64_t sparse_dim, int64_t dense_dim, c10::SymIntArrayRef size,
+                                 const at::Tensor& indices, const at::Tensor& values,
+                                 std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                                 std::optional<at::Device> device, std::optional<bool> pin_memory,
+                                 std::optional<bool> is_coalesced) {
+  const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional<at::Device>(values.device()));
+  return at::native::new_with_dims_and_tensor_sparse_symint(sparse_dim, dense_dim, size, indices, values, dtype,
+                                                            layout, device, pin_memory, is_coalesced);
+}
+
+at::Tensor clone_on_its_device(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(self.device());
+  return at::native::clone_sparse(self, memory_format);
+}
+
+// The CPU fallback's write-back of a sparse fl tensor that the op changed in place (a sparse
+// gradient that a second backward accumulates into): `dst` takes the structure and buffers of
+// `self`, the CPU result, as copy_ would between two sparse tensors.
+at::Tensor copy_from_and_resize_sparse(const at::Tensor& self, const at::Tensor& dst) {
+  TORCH_CHECK(self.is_sparse() && dst.is_sparse(), "torch_fl: _copy_from_and_resize on Sparsefl takes two sparse tensors");
+  const c10::OptionalDeviceGuard guard(dst.device());
+  at::Tensor target = dst;
+  at::native::copy_sparse_(target, self, /*non_blocking=*/false);
+  return dst;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
+}
+
+TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
+  // Construction: the device in the options picks the dispatch key (fl -> SparsePrivateUse1).
+  m.impl("_sparse_coo_tensor_with_dims", with_dims);
+  m.impl("_sparse_coo_tensor_with_dims_and_tensors", with_dims_and_tensors);
+  // Metadata.
+  m.impl("sparse_dim", at::native::sparse_dim_sparse);
+  m.impl("dense_dim", at::native::dense_dim_sparse);
+  m.impl("_dimI", at::native::sparse_dim_sparse);
+  m.impl("_dimV", at::native::dense_dim_sparse);
+  m.impl("_nnz", at::native::_nnz_sparse);
+  m.impl("is_coalesced", at::native::is_coalesced_sparse);
+  m.impl("_coalesced_", at::native::_coalesced_sparse_);
+  // The two buffers (indices() and values() require a coalesced tensor; the _ forms do not).
+  m.impl("_indices", at::native::_indices_sparse);
+  m.impl("_values", at::native::_values_sparse);
+  m.impl("indices", at::native::indices_sparse);
+  m.impl("values", at::native::values_sparse);
+  // Moving the buffers with dense copies.
+  m.impl("clone", clone_on_its_device);
+  m.impl("copy_", at::native::copy_sparse_wrapper_);
+  m.impl("copy_sparse_to_sparse_", at::native::copy_sparse_);
+  m.impl("_copy_from_and_resize", copy_from_and_resize_sparse);
+}
+
+}  // namespace fl::binding

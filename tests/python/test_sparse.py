@@ -1,0 +1,122 @@
+"""Sparse COO tensors on fl (the SparsePrivateUse1 key): construction and structure run ATen's
+shared sparse code on fl buffers; value ops run PyTorch's sparse CPU kernels through the CPU
+fallback tier, counted. Before bindings/csrc/sparse_ops.cpp, torch.sparse_coo_tensor(...,
+device="fl:0") and nn.Embedding(sparse=True)'s backward failed ("Sparsefl" backend)."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+
+import torch_fl
+
+
+def _coo(device: str) -> torch.Tensor:
+    i = torch.tensor([[0, 1, 1, 0], [2, 0, 2, 2]])
+    v = torch.tensor([3.0, 4.0, 5.0, 1.0])  # (0, 2) twice: uncoalesced
+    return torch.sparse_coo_tensor(i, v, (2, 3), device=device)
+
+
+def test_a_coo_tensor_is_built_on_fl_and_keeps_its_structure():
+    s = _coo("fl:0")
+    assert s.layout == torch.sparse_coo and s.device == torch.device("fl:0")
+    assert (s.sparse_dim(), s.dense_dim(), s._nnz(), s.is_coalesced()) == (2, 0, 4, False)
+    assert s._indices().device == s._values().device == torch.device("fl:0")
+    torch.testing.assert_close(s.to_dense().cpu(), _coo("cpu").to_dense())
+    c = s.coalesce()
+    assert c.is_coalesced() and c._nnz() == 3 and c.device == torch.device("fl:0")
+    torch.testing.assert_close(c.indices().cpu(), _coo("cpu").coalesce().indices())
+    torch.testing.assert_close(c.values().cpu(), _coo("cpu").coalesce().values())
+    back = s.cpu()
+    assert back.layout == torch.sparse_coo and back.device.type == "cpu"
+    torch.testing.assert_close(back.to_dense(), _coo("cpu").to_dense())
+    twin = s.clone()
+    twin._values().mul_(2)  # a clone owns its buffers
+    torch.testing.assert_close(s.to_dense().cpu(), _coo("cpu").to_dense())
+
+
+def test_sparse_arithmetic_equals_the_cpu_and_is_counted_as_cpu_fallback():
+    s, ref = _coo("fl:0"), _coo("cpu")
+    dense = torch.arange(6.0).reshape(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = dense.to("fl:0")
+        d.add_(s, alpha=2)
+        results = [d, (s + s).to_dense(), (s * 3).to_dense(), torch.sparse.sum(s)]
+    expected = [dense.clone().add_(ref, alpha=2), (ref + ref).to_dense(), (ref * 3).to_dense(), torch.sparse.sum(ref)]
+    for got, want in zip(results, expected):
+        torch.testing.assert_close(got.cpu(), want)
+    assert torch_fl.fallback_stats()["aten::add_.Tensor"]["cpu_fallback"] >= 1
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "SGD momentum", "SparseAdam", "Adagrad"])
+def test_a_sparse_embedding_trains_on_fl_as_on_the_cpu(optimizer):
+    torch.manual_seed(0)
+    ref = nn.Embedding(20, 4, sparse=True)
+    model = nn.Embedding(20, 4, sparse=True)
+    model.load_state_dict(ref.state_dict())
+    model.to("fl:0")
+
+    def make(params):
+        if optimizer == "SGD":
+            return torch.optim.SGD(params, lr=0.1)
+        if optimizer == "SGD momentum":
+            return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+        return getattr(torch.optim, optimizer)(params, lr=0.05)
+
+    opts = [make(ref.parameters()), make(model.parameters())]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(4):
+            idx = torch.randint(0, 20, (8,))
+            for m, opt, device in ((ref, opts[0], "cpu"), (model, opts[1], "fl:0")):
+                opt.zero_grad()
+                m(idx.to(device)).pow(2).sum().backward()
+                m(idx[:3].to(device)).sum().backward()  # a second backward accumulates into the sparse grad
+                opt.step()
+    assert model.weight.grad.layout == torch.sparse_coo and model.weight.grad.device == torch.device("fl:0")
+    torch.testing.assert_close(model.weight.detach().cpu(), ref.weight.detach(), rtol=0, atol=1e-6)
+
+
+def test_a_sparse_op_without_a_cpu_kernel_is_refused_naming_it():
+    # exp has no sparse kernel in PyTorch (exp(0) is not 0): the error names the op and fl, as
+    # the CPU's names SparseCPU.
+    s = _coo("fl:0").coalesce()
+    with pytest.raises(NotImplementedError, match=r"torch_fl: aten::exp is not available for sparse tensors on fl: "
+                                                  r"PyTorch has no sparse CPU kernel"):
+        torch.exp(s)
+    with pytest.raises(NotImplementedError):  # as on the CPU
+        torch.exp(_coo("cpu").coalesce())
+
+
+def test_a_coo_tensor_moves_between_fl_devices_and_is_built_on_the_one_asked_for():
+    # ATen's sparse constructors make their buffers on the current device; fl:1's tensor got
+    # fl:0's buffers and failed ATen's device assert before the constructors took a guard.
+    s = _coo("fl:0")
+    moved = s.to("fl:1")
+    assert moved.device == moved._values().device == moved._indices().device == torch.device("fl:1")
+    torch.testing.assert_close(moved.to_dense().cpu(), _coo("cpu").to_dense())
+    built = _coo("fl:1")
+    assert built._values().device == built.clone()._values().device == torch.device("fl:1")
+    empty = torch.empty_like(s, device="fl:1")
+    assert empty._values().device == torch.device("fl:1") and empty._nnz() == 0
+
+
+def test_strict_mode_refuses_sparse_value_ops_and_keeps_structure():
+    from conftest import run_python
+    code = (
+        "import torch, torch_fl\n"
+        "s = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2), device='fl:0')\n"
+        "print('NNZ', s._nnz(), s.cpu().to_dense().tolist())\n"  # structure and moves: no fallback
+        "try:\n"
+        "    s.coalesce()\n"
+        "except NotImplementedError as e:\n"
+        "    print('NIE:', e)\n"
+    )
+    r = run_python(code, env={"FL_FALLBACK_STRICT": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "NNZ 2 [[0.0, 1.0], [2.0, 0.0]]" in r.stdout, r.stdout + r.stderr
+    assert "NIE: torch_fl: aten::_coalesce on a sparse fl tensor (dtypes Float sparse) needs the CPU fallback, " \
+           "and fallback.strict is set" in r.stdout, r.stdout + r.stderr

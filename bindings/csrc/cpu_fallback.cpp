@@ -88,6 +88,9 @@ class HostArguments {
 at::Tensor to_device(const at::Tensor& host, c10::Device device, const HostArguments& args) {
   if (!host.defined() || host.device().type() != c10::DeviceType::CPU) return host;
   if (at::Tensor original = args.original_of(host); original.defined()) return original;
+  // A sparse result (dense.to_sparse()) has no strides: its indices and values move as a COO
+  // tensor (sparse_ops.cpp builds it on the device).
+  if (host.layout() != c10::kStrided) return host.to(device);
   at::Tensor out = at::empty_strided(host.sizes(), host.strides(), host.options().device(device));
   out.copy_(host);
   return out;

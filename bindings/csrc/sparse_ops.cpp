@@ -69,7 +69,18 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
                                 "for it to fall back on (dtypes ",
                                 dtypes_of_tensors(*stack, info.num_arguments), ")");
   }
-  if (!info.warned.exchange(true)) {
+  // ATen's cpu_fallback moves every tensor to the host without checking that they share a
+  // device: fl:0 + fl:1 gave a result on the first one's instead of ATen's error.
+  std::optional<c10::Device> first;
+  for (size_t i = stack->size() - info.num_arguments; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_privateuseone()) continue;
+    const c10::Device d = v.toTensor().device();
+    TORCH_CHECK(!first || *first == d, "Expected all tensors to be on the same device, but found at least two "
+                "devices, ", first->str(), " and ", d.str(), "! (when checking arguments of ", info.name, ")");
+    first = d;
+  }
+  if (runtime().config().fallback.warn_once && !info.warned.exchange(true)) {
     TORCH_WARN("torch_fl: ", info.name, " (", dtypes_of_tensors(*stack, info.num_arguments),
                ") on a sparse fl tensor ran through the cpu_fallback tier: sparse values are computed by "
                "PyTorch's sparse CPU kernels on copies. This is warned once; see torch_fl.fallback_stats() "
@@ -119,6 +130,25 @@ at::Tensor copy_from_and_resize_sparse(const at::Tensor& self, const at::Tensor&
 
 }  // namespace
 
+namespace {
+
+// Sparse compressed tensors (CSR, CSC, BSR, BSC) have no support on fl: building one succeeds
+// (ATen makes it without dispatching), and every op on it then stops here with that said,
+// rather than with "Sparse CSR tensors do not have strides" or "Could not run ... from the
+// 'SparseCsrfl' backend".
+void refuse_sparse_compressed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  (void)stack;
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", op.schema().operator_name(),
+                              ": sparse compressed tensors (CSR, CSC, BSR, BSC) are not supported on fl; use "
+                              "a sparse COO tensor (to_sparse()) or move it to the CPU first");
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse_compressed>());
+}
+
 TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
 }
@@ -146,5 +176,36 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("copy_sparse_to_sparse_", at::native::copy_sparse_);
   m.impl("_copy_from_and_resize", copy_from_and_resize_sparse);
 }
+
+namespace {
+
+// Ops that PyTorch serves on SparseCPU (and SparseCUDA) with a kernel of their own but that
+// also have a CompositeExplicitAutograd kernel, which wins over a backend fallback: on
+// Sparsefl, sum() took the composite's sum(dim=[]) and returned the tensor itself (an empty
+// dim list reduces nothing for sparse tensors), and permute/unsqueeze/mv/isinf failed in ops
+// of the decomposition. They are registered here to the sparse CPU fallback, as their
+// SparseCPU kernels are what a sparse CUDA tensor gets (19 ops in torch 2.13: sum, permute,
+// unsqueeze, mv, isinf, abs, nan_to_num, deg2rad, rad2deg and their variants, empty_like,
+// zeros.out, is_pinned, _pin_memory).
+struct RegisterSparseOverComposite {
+  RegisterSparseOverComposite() {
+    static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
+                                          __FILE__, __LINE__);
+    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto handle = c10::Dispatcher::singleton().findSchema(name);
+      if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU) ||
+          !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          handle->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1))
+        continue;
+      const std::string qualified = name.overload_name.empty() ? name.name.substr(6)
+                                                               : name.name.substr(6) + "." + name.overload_name;
+      lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
+    }
+  }
+};
+RegisterSparseOverComposite register_sparse_over_composite;
+
+}  // namespace
 
 }  // namespace fl::binding

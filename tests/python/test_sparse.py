@@ -120,3 +120,46 @@ def test_strict_mode_refuses_sparse_value_ops_and_keeps_structure():
     assert "NNZ 2 [[0.0, 1.0], [2.0, 0.0]]" in r.stdout, r.stdout + r.stderr
     assert "NIE: torch_fl: aten::_coalesce on a sparse fl tensor (dtypes Float sparse) needs the CPU fallback, " \
            "and fallback.strict is set" in r.stdout, r.stdout + r.stderr
+
+
+def test_ops_with_a_composite_kernel_take_their_sparse_cpu_kernel():
+    # sum, permute, unsqueeze, mv, isinf have a sparse kernel and a composite one, which won
+    # over the fallback: sum() returned the tensor itself (its composite sums over dim=[]),
+    # the others failed inside their decompositions.
+    s, ref = _coo("fl:0"), _coo("cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert s.sum().layout == torch.strided
+        torch.testing.assert_close(s.sum().cpu(), ref.sum())
+        torch.testing.assert_close(s.sum(dtype=torch.float64).cpu(), ref.sum(dtype=torch.float64))
+        torch.testing.assert_close(s.unsqueeze(0).to_dense().cpu(), ref.unsqueeze(0).to_dense())
+        torch.testing.assert_close(s.permute(1, 0).to_dense().cpu(), ref.permute(1, 0).to_dense())
+        torch.testing.assert_close(torch.mv(s, torch.ones(3, device="fl:0")).cpu(), torch.mv(ref, torch.ones(3)))
+        torch.testing.assert_close(torch.isinf(s).to_dense().cpu(), torch.isinf(ref).to_dense())
+
+
+def test_a_dense_fl_tensor_becomes_sparse_on_its_device():
+    dense = torch.tensor([[0.0, 2.0], [3.0, 0.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        s = dense.to("fl:1").to_sparse()
+    assert s.layout == torch.sparse_coo and s.device == s._values().device == torch.device("fl:1")
+    torch.testing.assert_close(s.to_dense().cpu(), dense)
+
+
+def test_sparse_tensors_on_two_fl_devices_are_refused_together_as_dense_ones_are():
+    s0, s1 = _coo("fl:0"), _coo("fl:1")
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*fl:0 and fl:1"):
+        s0 + s1
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device"):
+        torch.sparse.mm(s1, torch.ones(3, 2, device="fl:0"))
+
+
+def test_sparse_compressed_tensors_are_refused_clearly():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        csr = torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 1]), torch.tensor([1.0, 2.0]), (2, 2),
+                                      device="fl:0")
+        with pytest.raises(NotImplementedError, match=r"sparse compressed tensors \(CSR, CSC, BSR, BSC\) are not "
+                                                      r"supported on fl"):
+            csr @ torch.ones(2, device="fl:0")

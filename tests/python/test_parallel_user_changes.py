@@ -489,3 +489,48 @@ def test_a_grad_scaler_scales_every_shard_and_skips_a_step_with_an_inf_as_one_lo
             torch.testing.assert_close(got.detach().cpu(), want.detach().cpu(), rtol=1e-5, atol=1e-6)
     finally:
         hdp.close()
+
+
+@pytest.mark.parametrize("change", ["module", "parameter", "buffer"])
+def test_a_structure_change_of_the_master_after_wrapping_is_refused_at_the_next_step(change):
+    batches = _batches(2)
+    hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], _sgd, split=[1, 1])
+    try:
+        hdp.train_step(*batches[0], F.cross_entropy)
+        before = [p.detach().clone() for p in hdp.module.parameters()]
+        if change == "module":
+            hdp.module[2] = nn.Linear(8, 3).double().to(hdp.reduce_device)
+            where = "Sequential.2"
+        elif change == "parameter":
+            hdp.module[0].bias = nn.Parameter(torch.zeros(8, dtype=torch.float64, device=hdp.reduce_device))
+            where = "Linear.bias"
+        else:
+            hdp.module[0].register_buffer("scale", torch.ones(8, dtype=torch.float64, device=hdp.reduce_device))
+            where = "Linear.scale"
+        with pytest.raises(RuntimeError, match=rf"{where} was assigned on the master module after wrapping.*wrap the "
+                                               r"changed module again"):
+            hdp.train_step(*batches[1], F.cross_entropy)
+        kept = [p for p in hdp.module.parameters()][: len(before)]
+        if change == "buffer":  # nothing was trained by the refused step
+            assert all(torch.equal(a, b) for a, b in zip(kept, before))
+    finally:
+        hdp.close()
+
+
+def test_changes_elsewhere_and_in_place_ones_are_not_structure_changes_and_close_removes_the_watch():
+    hooks = nn.modules.module._global_module_registration_hooks
+    count = len(hooks)
+    batches = _batches(2)
+    hdp = HeteroDataParallel(_mlp(), ["fl:0", "fl:1"], _sgd, split=[1, 1])
+    try:
+        assert len(hooks) == count + 1
+        other = nn.Sequential(nn.Linear(2, 2))
+        other.add_module("extra", nn.ReLU())           # another model's change
+        with torch.no_grad():
+            hdp.module[0].weight.clamp_(-0.1, 0.1)     # an in-place change: followed, not refused
+        hdp.module.load_state_dict(hdp.module.state_dict())
+        hdp.train_step(*batches[0], F.cross_entropy)
+        hdp.train_step(*batches[1], F.cross_entropy)
+    finally:
+        hdp.close()
+    assert len(hooks) == count

@@ -128,6 +128,7 @@ import math
 import threading
 import time
 import warnings
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable, Sequence
@@ -542,6 +543,7 @@ class HeteroDataParallel:
         self.optimizer = optimizer(list(self.module.parameters()))
         _refuse_closure_optimizer(self.optimizer)
         self._pool = ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="hetero-dp")
+        self._watch_structure()
         self.broadcast()
 
     # -- the balancer's settings (kept by the schedule)
@@ -1101,6 +1103,7 @@ class HeteroDataParallel:
         # replica its modules and parameters paired with the master's (_follow_master).
         self._master_params = list(self.module.parameters())
         self._master_modules = list(self.module.modules())
+        self._master_module_ids = {id(m) for m in self._master_modules}
         # Batch norm in training needs two rows of a shard (of 2-d inputs; _fold_small_shards).
         self._min_shard_rows = 2 if any(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                         for m in self._master_modules) else 1
@@ -1180,7 +1183,38 @@ class HeteroDataParallel:
         """Stops the worker threads. Evaluation through the master (`hdp(x)`) still works;
         training steps raise."""
         self._closed = True
+        self._unwatch_structure()
         self._pool.shutdown(wait=True)
+
+    def _watch_structure(self) -> None:
+        """Notes a submodule or parameter assigned to the master after wrapping, or a buffer of a
+        new name (torch's global registration hooks; nothing is done per step). The replicas
+        are copies made at wrapping and the optimizer holds the parameters of that time, so
+        such a model would train as something else on the other devices: the next train_step
+        raises instead. A forward that assigns a new tensor to an existing buffer (a counter
+        kept out of place) is followed as before."""
+        self._structure_changed: str | None = None
+        this = weakref.ref(self)
+
+        def on_registration(kind: str):
+            def hook(module, name, value):
+                hdp = this()
+                if hdp is None or hdp._structure_changed is not None or id(module) not in hdp._master_module_ids:
+                    return
+                if kind == "buffer" and name in module._buffers:
+                    return
+                hdp._structure_changed = f"{type(module).__name__}.{name}"
+            return hook
+
+        registration = nn.modules.module
+        self._structure_hooks = [registration.register_module_module_registration_hook(on_registration("module")),
+                                 registration.register_module_parameter_registration_hook(on_registration("parameter")),
+                                 registration.register_module_buffer_registration_hook(on_registration("buffer"))]
+
+    def _unwatch_structure(self) -> None:
+        for handle in getattr(self, "_structure_hooks", []):
+            handle.remove()
+        self._structure_hooks = []
 
     def _clear_master_grads(self) -> None:
         """As zero_grad(set_to_none=True) on the master, frozen parameters included (a parameter
@@ -1189,11 +1223,18 @@ class HeteroDataParallel:
             p.grad = None
 
     def _check_open(self) -> None:
+        if self._structure_changed is not None:
+            raise RuntimeError(f"HeteroDataParallel: {self._structure_changed} was assigned on the master module after "
+                               "wrapping. The replicas on the other devices are copies made at wrapping, and the "
+                               "optimizer holds the parameters of that time, so they would train another model: "
+                               "wrap the changed module again (HeteroDataParallel(module, devices, optimizer)). "
+                               "Changing values in place (weight clipping, load_state_dict) is followed")
         if self._closed:
             raise RuntimeError("HeteroDataParallel is closed: its worker threads have stopped "
                                "(train with a new HeteroDataParallel)")
 
     def __del__(self):
+        self._unwatch_structure()
         pool = getattr(self, "_pool", None)
         if pool is not None:
             pool.shutdown(wait=False)

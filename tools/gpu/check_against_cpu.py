@@ -69,6 +69,44 @@ check("conv+max_pool channels_last bf16 fwd+bwd",
       x4, torch.randn(32, 16, 3, 3), grad=True, atol=1e-1, rtol=2e-2)
 
 
+
+def recurrent(cls):
+    """A two-layer bidirectional RNN of `cls` (its fused cells: generic kernels on fl) as a
+    function of its input; the same weights on every device."""
+    torch.manual_seed(0)
+    template = cls(12, 16, num_layers=2, bidirectional=True, batch_first=True)
+
+    def run(x):
+        m = cls(12, 16, num_layers=2, bidirectional=True, batch_first=True).to(x.device)
+        m.load_state_dict(template.state_dict())
+        y, state = m(x)
+        return y, state[0] if isinstance(state, tuple) else state
+    return run
+
+
+check("LSTM 2 layers bidirectional fwd+bwd", recurrent(nn.LSTM), torch.randn(4, 7, 12), grad=True, atol=1e-4)
+check("GRU 2 layers bidirectional fwd+bwd", recurrent(nn.GRU), torch.randn(4, 7, 12), grad=True, atol=1e-4)
+
+
+def sparse_embedding_sgd(device):
+    """nn.Embedding(sparse=True) trained 3 steps with SGD: sparse COO gradients on the device."""
+    torch.manual_seed(0)
+    e = nn.Embedding(50, 8, sparse=True).to(device)
+    opt = torch.optim.SGD(e.parameters(), lr=0.1)
+    for step in range(3):
+        idx = torch.arange(step, 40 + step, 3).to(device)
+        opt.zero_grad()
+        e(idx).pow(2).sum().backward()
+        opt.step()
+    return e.weight.detach().cpu()
+
+
+err = (sparse_embedding_sgd("cpu") - sparse_embedding_sgd(DEV)).abs().max().item()
+print(f"{'ok  ' if err < 1e-5 else 'FAIL'} {'sparse Embedding, SGD 3 steps':44} max|param err| {err:.3e}")
+if err >= 1e-5:
+    failures.append("sparse embedding")
+
+
 def adamw_step(device):
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10)).to(device)

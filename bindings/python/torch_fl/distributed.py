@@ -67,10 +67,12 @@ Not done (written here so that nobody relies on it):
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import hashlib
 import os
 import socket
+import time
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -187,6 +189,7 @@ class FlProcessGroup(dist.ProcessGroup):
         self._rank = rank
         self._size = size
         self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("flccl-gloo/", store), rank, size, timeout)
+        _let_gloo_finish_at_exit()
         # c10d asks the group for a per-device backend in places (init_process_group(device_id=
         # fl:N) checks `_get_backend(device_id).supports_splitting`; object collectives pick a
         # device from `_device_types`). The Gloo backend answers those queries; collectives
@@ -593,6 +596,28 @@ def resync(module: torch.nn.Module,
         by_type.setdefault(t.device.type, []).append(t)
     for device_type in sorted(by_type):
         dist._broadcast_coalesced(group, by_type[device_type], _RESYNC_BUCKET_BYTES, group_src)
+
+
+# Gloo's worker threads release each finished collective's work a moment after the caller's
+# wait() returns, and with it the host tensors of that collective. When Python has dropped those
+# tensors already, that release takes the GIL; if the interpreter has begun to finalize by then,
+# the thread is made to exit inside a noexcept destructor and the process dies with "terminate
+# called without an active exception" (SIGABRT), after the script has finished. Seen here in 1
+# of 12 two-rank runs of tests/python/_flccl_worker.py, its last all_gather released by
+# ProcessGroupGloo::runLoop (~AsyncAllgatherWork -> TensorImpl::decref_pyobject -> take_gil ->
+# PyThread_exit_thread); upstream, pytorch/pytorch#190489 (plain gloo without
+# destroy_process_group) and the abandoned #179291. c10d's destroy_process_group cannot help:
+# Gloo's shutdown() does nothing. So a process that made an flccl group gives Gloo's threads
+# a moment at exit, before the interpreter finalizes, with the GIL released.
+_GLOO_EXIT_GRACE_S = 0.1
+_gloo_exit_registered = False
+
+
+def _let_gloo_finish_at_exit() -> None:
+    global _gloo_exit_registered
+    if not _gloo_exit_registered:
+        atexit.register(time.sleep, _GLOO_EXIT_GRACE_S)
+        _gloo_exit_registered = True
 
 
 def create_flccl_process_group(store: dist.Store, rank: int, size: int,

@@ -54,28 +54,6 @@ std::optional<c10::ScalarType> first_dtype(c10::ArrayRef<c10::IValue> args) {
   return std::nullopt;
 }
 
-// The dtypes of the tensor arguments, for messages; a Tensor[] argument shows as "[dtype]" by
-// its first defined element (the foreach ops take lists of one dtype).
-std::string dtypes_of(c10::ArrayRef<c10::IValue> args) {
-  std::string out;
-  auto append = [&out](const std::string& s) {
-    if (!out.empty()) out += ", ";
-    out += s;
-  };
-  for (const auto& v : args) {
-    if (v.isTensor() && v.toTensor().defined()) {
-      append(c10::toString(v.toTensor().scalar_type()));
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) {
-        if (!t.defined()) continue;
-        append(std::string("[") + c10::toString(t.scalar_type()) + "]");
-        break;
-      }
-    }
-  }
-  return out.empty() ? "no tensors" : out;
-}
-
 const fl_kernel_entry* entry_for(OpInfo& info, const fl::LogicalDevice& dev) {
   auto& rt = runtime();
   if (!info.entries_resolved.load(std::memory_order_acquire)) {
@@ -320,6 +298,27 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 }
 
 }  // namespace
+
+std::string dtypes_of(c10::ArrayRef<c10::IValue> args) {
+  std::string out;
+  auto append = [&out](const std::string& s) {
+    if (!out.empty()) out += ", ";
+    out += s;
+  };
+  for (const auto& v : args) {
+    if (v.isTensor() && v.toTensor().defined()) {
+      const at::Tensor& t = v.toTensor();
+      append(std::string(c10::toString(t.scalar_type())) + (t.is_sparse() ? " sparse" : ""));
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) {
+        if (!t.defined()) continue;
+        append(std::string("[") + c10::toString(t.scalar_type()) + "]");
+        break;
+      }
+    }
+  }
+  return out.empty() ? "no tensors" : out;
+}
 
 void route_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!g_profiling.load(std::memory_order_relaxed)) {

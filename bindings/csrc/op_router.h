@@ -17,6 +17,10 @@ namespace fl::binding {
 
 void route_op(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// The dtypes of the tensor arguments, for messages ("Float, Float sparse"); a Tensor[] argument
+// shows as "[dtype]" by its first defined element (the foreach ops take lists of one dtype).
+std::string dtypes_of(c10::ArrayRef<c10::IValue> args);
+
 // The tier an op would take on a device for a given dtype, without running it
 // ("native", "generic", "cpu_fallback" or "error").
 std::string predict_tier(const std::string& qualified_op, int device, c10::ScalarType dtype);

@@ -19,6 +19,7 @@
 //   is when fallback.strict is set or the CPU fallback is disabled.
 #include "fl_context.h"
 #include "op_info.h"
+#include "op_router.h"
 
 #include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_coalesced_native.h>
@@ -43,23 +44,13 @@
 namespace fl::binding {
 namespace {
 
-std::string dtypes_of_tensors(const torch::jit::Stack& stack, size_t num_arguments) {
-  std::string out;
-  for (size_t i = stack.size() - num_arguments; i < stack.size(); ++i) {
-    if (!stack[i].isTensor() || !stack[i].toTensor().defined()) continue;
-    const at::Tensor& t = stack[i].toTensor();
-    if (!out.empty()) out += ", ";
-    out += std::string(c10::toString(t.scalar_type())) + (t.is_sparse() ? " sparse" : "");
-  }
-  return out;
-}
-
 void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
+  auto dtypes = [&] { return dtypes_of(torch::jit::last(*stack, info.num_arguments)); };  // for messages
   const auto& cfg = runtime().config().fallback;
   if (cfg.strict || !cfg.enable_cpu_fallback) {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " on a sparse fl tensor (dtypes ",
-                                dtypes_of_tensors(*stack, info.num_arguments),
+                                dtypes(),
                                 ") needs the CPU fallback, and ",
                                 cfg.strict ? "fallback.strict is set" : "the CPU fallback is disabled");
   }
@@ -67,7 +58,7 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
     TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name,
                                 " is not available for sparse tensors on fl: PyTorch has no sparse CPU kernel "
                                 "for it to fall back on (dtypes ",
-                                dtypes_of_tensors(*stack, info.num_arguments), ")");
+                                dtypes(), ")");
   }
   // ATen's cpu_fallback moves every tensor to the host without checking that they share a
   // device: fl:0 + fl:1 gave a result on the first one's instead of ATen's error.
@@ -81,7 +72,7 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
     first = d;
   }
   if (runtime().config().fallback.warn_once && !info.warned.exchange(true)) {
-    TORCH_WARN("torch_fl: ", info.name, " (", dtypes_of_tensors(*stack, info.num_arguments),
+    TORCH_WARN("torch_fl: ", info.name, " (", dtypes(),
                ") on a sparse fl tensor ran through the cpu_fallback tier: sparse values are computed by "
                "PyTorch's sparse CPU kernels on copies. This is warned once; see torch_fl.fallback_stats() "
                "for counts.");

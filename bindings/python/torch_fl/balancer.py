@@ -39,6 +39,11 @@ def _fold_small_shards(sizes: list[int], min_rows: int) -> list[int]:
     return sizes
 
 
+def device_set(sizes: Sequence[int]) -> tuple[int, ...]:
+    """The devices that get a shard of a split."""
+    return tuple(i for i, n in enumerate(sizes) if n > 0)
+
+
 class ThroughputBalancer:
     """Splits a batch over devices from a per-device step-time model, and keeps a device set
     only while it measures faster than the fastest device alone.
@@ -161,7 +166,7 @@ class ThroughputBalancer:
         batch = sum(shard_sizes)
         if batch <= 0:
             return
-        key = self._key([i for i, n in enumerate(shard_sizes) if n > 0])
+        key = self._key(device_set(shard_sizes))
         now = seconds / batch
         old = self.measured.get(key)
         if key not in self.last_seen and old is not None and now < old:
@@ -192,7 +197,7 @@ class ThroughputBalancer:
     def beaten(self, shard_sizes: Sequence[int]) -> bool:
         """Whether the device set of this split now has a worse record (time per sample) than
         another candidate of the last plan: the plan that chose it is out of date."""
-        key = self._key(i for i, n in enumerate(shard_sizes) if n > 0)
+        key = self._key(device_set(shard_sizes))
         mine, others = self.measured.get(key), self._other_records(key)
         return mine is not None and bool(others) and mine > min(others)
 
@@ -264,7 +269,7 @@ class ThroughputBalancer:
         """The split to run next (see _choose); a counted plan is logged in `history`."""
         sizes = self._choose(batch_size, granularity, count)
         if count:
-            self.history.append({"plan": self.plans, "chose": self._key(i for i, n in enumerate(sizes) if n > 0),
+            self.history.append({"plan": self.plans, "chose": self._key(device_set(sizes)),
                                  "probing": self.probing, "recheck": self.rechecking,
                                  "records": {k: self.measured[k] for k in self._candidates if k in self.measured}})
         return sizes
@@ -280,7 +285,7 @@ class ThroughputBalancer:
             self.plans += 1
         self.probing = self.rechecking = False
         model = self.split(batch_size, granularity)
-        candidates = {self._key(i for i, n in enumerate(model) if n > 0): model}
+        candidates = {self._key(device_set(model)): model}
         for i in range(self.num_devices):
             alone = [0] * self.num_devices
             alone[i] = batch_size
@@ -386,11 +391,6 @@ class ThroughputBalancer:
         self.calibrated = bool(state["calibrated"])
         self.observations = int(state["observations"])
         self.plans = int(state["plans"])
-
-
-def device_set(sizes: Sequence[int]) -> tuple[int, ...]:
-    """The devices that get a shard of a split."""
-    return tuple(i for i, n in enumerate(sizes) if n > 0)
 
 
 class SplitSchedule:

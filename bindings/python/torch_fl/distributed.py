@@ -218,7 +218,7 @@ class FlProcessGroup(dist.ProcessGroup):
         if not valid or mode == "gloo":
             reason = reason or f"FL_CCL={mode}"
         ordinal = torch_fl._C.native_device(device) if not reason else -1
-        host = int.from_bytes(hashlib.sha1(socket.gethostname().encode()).digest()[:7], "little")
+        host = _short_hash(socket.gethostname())
         plugin = torch.fl.get_device_properties(device)["plugin"] if device >= 0 else ""
         name = torch.zeros(self._PLUGIN_NAME_WORDS * 8, dtype=torch.uint8)
         encoded = plugin.encode()[: name.numel()]
@@ -547,7 +547,11 @@ _RESYNC_BUCKET_BYTES = 64 * 1024 * 1024
 def _layout_digest(tensors: list[torch.Tensor]) -> int:
     """A number that two ranks share exactly when their tensors match in order, device type,
     dtype and shape (what resync's broadcasts assume)."""
-    text = ";".join(f"{t.device.type},{t.dtype},{tuple(t.shape)}" for t in tensors)
+    return _short_hash(";".join(f"{t.device.type},{t.dtype},{tuple(t.shape)}" for t in tensors))
+
+
+def _short_hash(text: str) -> int:
+    """56 bits of text's SHA-1: a non-negative int64, as the groups' all-gathers carry it."""
     return int.from_bytes(hashlib.sha1(text.encode()).digest()[:7], "little")
 
 

@@ -19,8 +19,7 @@ Each step:
    the predicted step time. A device whose fixed cost exceeds the step time gets no shard.
    On top of the model, a measured guard: the real time per sample of every device set that
    ran is recorded (the whole train_step call; not the step back from a probe, nor the first
-   after a pause longer than the step before, which pay a switch-in cost: see
-   SplitSchedule), and the balancer runs whichever of {the model's split, each device
+   after a pause in the caller's loop, which pay a switch-in cost: see SplitSchedule), and the balancer runs whichever of {the model's split, each device
    alone} measured fastest, re-running the candidate with the oldest record for one step
    every `probe_every` re-balances — so adding a device costs throughput only during those
    probes, never for long (a step whose device set measures slower than another candidate's

@@ -159,6 +159,17 @@ dist.destroy_process_group()
 """
 
 
+def _json_from_ranks(code: str, world: int, store: Path, env: dict) -> list[dict]:
+    """Runs `code` as `world` processes (argv: rank, the file store's path) and returns the JSON
+    object each printed last, in rank order; every process must exit 0."""
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(rank), str(store)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(world)]
+    outputs = [p.communicate(timeout=180) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+
 def test_ranks_on_different_plugins_warn_once_and_resync_gives_them_rank_0s_state(tmp_path):
     """Rank 0 on the CPU plugin, rank 1 on the template plugin: the group names each rank's
     plugin and warns once that replicas drift; resync copies rank 0's parameters, buffers and
@@ -170,12 +181,7 @@ def test_ranks_on_different_plugins_warn_once_and_resync_gives_them_rank_0s_stat
     config.write_text("plugins:\n  enable: [cpu, template]\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CONFIG=str(config),
                FL_CPU_DEVICES="1", FL_PLUGIN_PATH=":".join(str(p) for p in plugins))
-    procs = [subprocess.Popen([sys.executable, "-c", MIXED_RANK_CODE, str(rank), str(tmp_path / "store")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
-    outputs = [p.communicate(timeout=180) for p in procs]
-    for p, (out, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-3000:]
-    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    results = _json_from_ranks(MIXED_RANK_CODE, 2, tmp_path / "store", env)
     for r in results:
         assert r["rank_plugins"] == ["cpu", "template"]
         assert len(r["warnings"]) == 1 and "rank 0: cpu, rank 1: template" in r["warnings"][0]
@@ -218,12 +224,7 @@ dist.destroy_process_group()
 
 def test_resync_takes_a_global_source_rank_and_refuses_ranks_whose_tensors_differ(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), FL_CPU_DEVICES="3")
-    procs = [subprocess.Popen([sys.executable, "-c", RESYNC_RULES_CODE, str(rank), str(tmp_path / "store")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(3)]
-    outputs = [p.communicate(timeout=180) for p in procs]
-    for p, (out, err) in zip(procs, outputs):
-        assert p.returncode == 0, err[-3000:]
-    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    results = _json_from_ranks(RESYNC_RULES_CODE, 3, tmp_path / "store", env)
     assert [r["weight"] for r in results] == [0.0, 1.0, 1.0]
     for r in results:
         assert r["error"] and "resync: the ranks' tensors differ" in r["error"] and "nothing was copied" in r["error"]

@@ -122,6 +122,9 @@ def main() -> None:
     p.add_argument("--ema", type=float, default=0.3,
                    help="HeteroDataParallel's weight of the newest step in its records (a smaller one "
                         "lets one slow step move a record less)")
+    p.add_argument("--tail-window", type=int, default=32,
+                   help="HeteroDataParallel's tail_window: recent steps whose slowest device shapes the split "
+                        "when a device's speed varies (0: split at each device's typical speed)")
     p.add_argument("--history", default="",
                    help="write every step (epoch, shards, wall seconds, the balancer's records after it) and "
                         "each device's alone windows to this JSON file, to see why a split ran or did not")
@@ -168,7 +171,8 @@ def main() -> None:
     reduce_device = None if args.split is None else args.devices[max(range(len(args.split)), key=args.split.__getitem__)]
     hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
                              rebalance_every=args.rebalance_every, granularity=args.granularity or None,
-                             ema=args.ema, split=args.split, reduce_device=reduce_device)
+                             ema=args.ema, split=args.split, reduce_device=reduce_device,
+                             tail_window=args.tail_window)
     if args.split is not None:
         print(f"fixed split {args.split} (no balancer), gradients reduced on {hdp.reduce_device}")
     steps: list[dict] = []  # --history: every step of the pair

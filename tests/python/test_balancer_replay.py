@@ -171,3 +171,69 @@ def test_a_warm_up_runs_again_and_is_not_recorded():
     schedule.after_step(64, [9, 55], 0.05, [0.05, 0.006])
     assert "0,1" not in b.measured
     assert schedule.sizes(64, 1) == [9, 55]  # the same split again, measured this time
+
+
+# -- the tail: a device whose speed varies from step to step
+
+
+def _observed(ratios_per_step, sizes=(4096, 61440), tail_window: int = 32) -> ThroughputBalancer:
+    """An H200-like balancer that observed steps of `sizes` whose devices took `ratios` times
+    their calibrated time."""
+    b = _h200_like_balancer()
+    b.tail_window = tail_window
+    b.ratios = type(b.ratios)(maxlen=max(tail_window, 1))
+    for ratios in ratios_per_step:
+        b.observe(sizes, [r * (b.overhead[i] + b.per_sample[i] * n) for i, (r, n) in enumerate(zip(ratios, sizes))])
+    return b
+
+
+def _mean_step(b: ThroughputBalancer, sizes, draws) -> float:
+    return sum(max(r[i] * (b.overhead[i] + b.per_sample[i] * sizes[i]) + b.transfer[i] for i in (0, 1))
+               for r in draws) / len(draws)
+
+
+def test_a_device_that_never_varies_keeps_the_equal_finish_split():
+    steady = _observed([(1.0, 1.0)] * 32)
+    plain = _observed([(1.0, 1.0)] * 32, tail_window=0)
+    assert steady.split(BATCH, 1024) == plain.split(BATCH, 1024)
+    assert steady.split(BATCH, 1024)[0] > 0
+
+
+def test_a_host_device_with_slow_steps_gets_fewer_rows_and_the_steps_get_shorter():
+    """One step in five of the CPU-plugin device takes 2.5x its usual time (the H200's fixed
+    splits measured up to 4x on some steps): the split moves rows to the GPU, and over fresh
+    draws of the same pattern its mean step is shorter than the equal-finish split's."""
+    rng = random.Random(7)
+
+    def draw(k):
+        return (2.5 if k % 5 == 2 else rng.uniform(0.95, 1.05), rng.uniform(0.99, 1.01))
+
+    seen = [draw(k) for k in range(32)]
+    tail = _observed(seen)
+    plain = _observed(seen, tail_window=0)
+    tail_sizes, plain_sizes = tail.split(BATCH, 1024), plain.split(BATCH, 1024)
+    assert sum(tail_sizes) == sum(plain_sizes) == BATCH
+    assert 0 < tail_sizes[0] < plain_sizes[0]
+    fresh = [draw(k) for k in range(2000)]
+    assert _mean_step(tail, tail_sizes, fresh) < 0.97 * _mean_step(tail, plain_sizes, fresh)
+
+
+def test_devices_that_slow_down_together_are_not_rebalanced_for_it():
+    """A busy host slows both devices in the same steps: the slow steps are slow whatever the
+    split, so the split stays the equal-finish one of the typical speed."""
+    steps = [(2.0, 2.0) if k % 5 == 0 else (1.0, 1.0) for k in range(32)]
+    assert _observed(steps).split(BATCH, 1024) == _observed([(1.2, 1.2)] * 32, tail_window=0).split(BATCH, 1024)
+
+
+def test_the_tail_waits_for_enough_steps_and_survives_a_checkpoint():
+    rng = random.Random(3)
+    steps = [(2.5 if rng.random() < 0.3 else 1.0, 1.0) for _ in range(32)]
+    few = _observed(steps[:ThroughputBalancer.TAIL_MIN - 1])
+    assert few.split(BATCH, 1024) == _observed(steps[:ThroughputBalancer.TAIL_MIN - 1], tail_window=0).split(BATCH, 1024)
+    b = _observed(steps)
+    restored = ThroughputBalancer(2)
+    restored.load_state_dict(b.state_dict())
+    assert list(restored.ratios) == list(b.ratios)
+    assert restored.split(BATCH, 1024) == b.split(BATCH, 1024)
+    with pytest.raises(ValueError, match="tail_window"):
+        ThroughputBalancer(2, tail_window=-1)

@@ -81,18 +81,40 @@ class ThroughputBalancer:
     A model split that took the place before it had a record counts its first record as the
     one it took the place with.
 
+    Tail: a step lasts as long as its slowest device, so a device whose speed varies from step
+    to step (a host device sharing cores with the driver threads, a busy machine) sets the
+    step's time whenever it has a slow step, and a split that equalises typical times loses
+    more on those steps than it gains on the others. On the H200 (wide MLP, batch 65536, a
+    fixed split) the CPU-plugin device's forward/backward took up to 4x its median on some
+    steps, and those steps alone made the split slower than the GPU alone in half the runs.
+    So once `TAIL_MIN` steps of a device set have measured every device's time, `split` moves
+    rows between that set's devices, one granularity piece at a time, while this lowers the
+    mean over those steps (the last `tail_window` that measured each device) of the slowest
+    device's time, each device scaled by what it measured in that step (its ratio measured /
+    predicted). Steps are kept whole, so devices that slow down together (the host is busy)
+    count as such. Where no device varies, this keeps the equal-finish split; tail_window=0
+    turns it off.
+
     Shard sizes are multiples of `granularity` (one device takes the remainder), so that a
     drifting split reuses a few shapes: each new shape costs a warm-up step on most devices
     (cuDNN plans, allocator blocks)."""
 
+    TAIL_MIN = 8  # steps of a device set with every device timed before its tail shapes the split
     MAX_BACKOFF = 6  # a candidate waits at most probe_every·2^6 plans between probes
     HISTORY = 256  # plans and recorded steps kept in `history`
 
-    def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 2.0):
+    def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 2.0,
+                 tail_window: int = 32):
         if num_devices < 1:
             raise ValueError("need at least one device")
         if not 0.0 < ema <= 1.0:
             raise ValueError("ema must be in (0, 1]")
+        if tail_window < 0:
+            raise ValueError("tail_window must be >= 0")
+        self.tail_window = int(tail_window)
+        # The ratios measured / predicted of the last tail_window steps that timed each device:
+        # one tuple per step, None for a device it did not time.
+        self.ratios: collections.deque[tuple[float | None, ...]] = collections.deque(maxlen=max(self.tail_window, 1))
         self.num_devices = num_devices
         self.ema = ema
         self.probe_every = max(int(probe_every), 1)
@@ -149,12 +171,17 @@ class ThroughputBalancer:
         self.calibrated = True
 
     def observe(self, shard_sizes: Sequence[int], seconds: Sequence[float | None]) -> None:
-        """Folds the measured compute time of one step on each device into its slowdown s_i."""
+        """Folds the measured compute time of one step on each device into its slowdown s_i,
+        and keeps the step's ratios measured / predicted for the tail (see the class)."""
+        ratios: list[float | None] = [None] * self.num_devices
         for i, (n, t) in enumerate(zip(shard_sizes, seconds)):
             if n <= 0 or t is None:
                 continue
             ratio = t / max(self.overhead[i] + self.per_sample[i] * n, 1e-12)
             self.slowdown[i] = (1.0 - self.ema) * self.slowdown[i] + self.ema * ratio
+            ratios[i] = ratio
+        if self.tail_window > 0 and sum(r is not None for r in ratios) > 1:
+            self.ratios.append(tuple(ratios))
         self.observations += 1
 
     def record_step(self, shard_sizes: Sequence[int], seconds: float) -> None:
@@ -257,7 +284,44 @@ class ThroughputBalancer:
             j = min(chosen, key=lambda i: self._fixed(i) + self._rate(i) * (sizes[i] + piece))
             sizes[j] += piece
             left -= piece
-        return _fold_small_shards(sizes, self.min_rows)
+        return _fold_small_shards(self._shift_for_tail(sizes, q), self.min_rows)
+
+    def tail_steps(self, devices: Sequence[int]) -> list[tuple[float | None, ...]]:
+        """The kept steps that timed every device of `devices`."""
+        return [r for r in self.ratios if all(r[i] is not None for i in devices)]
+
+    def expected_seconds(self, shard_sizes: Sequence[int], steps: Sequence[Sequence[float | None]]) -> float:
+        """The mean over `steps` (ratios measured / predicted per device) of the split's
+        slowest device: its expected step time if those steps are what the devices do."""
+        active = device_set(shard_sizes)
+        return sum(max(r[i] * (self.overhead[i] + self.per_sample[i] * shard_sizes[i]) + self.transfer[i]
+                       for i in active) for r in steps) / len(steps)
+
+    def _shift_for_tail(self, sizes: list[int], q: int) -> list[int]:
+        """`sizes` with rows moved between its devices, q at a time, while that lowers the
+        expected step time over the measured steps (see the class); every device keeps at
+        least one piece (dropping one is the choice between candidate sets)."""
+        active = device_set(sizes)
+        steps = self.tail_steps(active) if self.tail_window > 0 and len(active) > 1 else []
+        if len(steps) < self.TAIL_MIN:
+            return sizes
+        best = self.expected_seconds(sizes, steps)
+        for _ in range(sum(sizes) // q + 1):
+            moves = []
+            for i in active:
+                for j in active:
+                    if i != j and sizes[i] > q:
+                        trial = list(sizes)
+                        trial[i] -= q
+                        trial[j] += q
+                        moves.append((self.expected_seconds(trial, steps), trial))
+            if not moves:
+                break
+            cost, trial = min(moves, key=lambda m: m[0])
+            if cost >= best * (1.0 - 1e-9):
+                break
+            best, sizes = cost, trial
+        return sizes
 
     def fastest_alone(self) -> int | None:
         """The device with the lowest measured time per sample alone (None before calibration)."""
@@ -361,7 +425,8 @@ class ThroughputBalancer:
         return {"ema": self.ema, "probe_every": self.probe_every, "overhead": list(self.overhead),
                 "per_sample": list(self.per_sample), "transfer": list(self.transfer),
                 "slowdown": list(self.slowdown), "measured": dict(self.measured),
-                "probe_limit": self.probe_limit,
+                "probe_limit": self.probe_limit, "tail_window": self.tail_window,
+                "ratios": [list(r) for r in self.ratios],
                 "last_seen": dict(self.last_seen), "losses": dict(self.losses),
                 "last_probe": dict(self.last_probe),
                 "incumbent": self.incumbent, "incumbent_record": self._incumbent_record,
@@ -375,6 +440,10 @@ class ThroughputBalancer:
         self.ema = float(state["ema"])
         self.probe_every = int(state["probe_every"])
         self.probe_limit = float(state.get("probe_limit", self.probe_limit))
+        self.tail_window = int(state.get("tail_window", self.tail_window))
+        self.ratios = collections.deque(
+            (tuple(None if v is None else float(v) for v in r) for r in state.get("ratios", [])),
+            maxlen=max(self.tail_window, 1))
         self.probing = self.rechecking = False
         self.incumbent = state.get("incumbent")
         record = state.get("incumbent_record")

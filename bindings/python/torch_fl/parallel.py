@@ -442,6 +442,9 @@ class HeteroDataParallel:
             losing is re-measured ever more rarely.
         probe_limit: a split or device measured more than this many times slower per sample
             than the best is re-measured only every probe_every·64 re-balances.
+        tail_window: how many recent steps with every device timed shape the split when a
+            device's speed varies from step to step: rows move off it while that lowers the
+            mean time of those steps' slowest device (see ThroughputBalancer); 0: off.
         granularity: shard sizes are multiples of this (default: the largest power of two
             that is at most batch/16), so that a drifting split reuses a few shapes. A step
             that runs a shard size a device has not run before is a warm-up (cuDNN plans,
@@ -484,7 +487,7 @@ class HeteroDataParallel:
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
                  probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
-                 debug: bool = False, host_zero_copy: bool = True):
+                 debug: bool = False, host_zero_copy: bool = True, tail_window: int = 32):
         self.devices = [_with_index(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
@@ -504,7 +507,8 @@ class HeteroDataParallel:
             if not all(math.isfinite(w) and w >= 0 for w in self.fixed_split) or sum(self.fixed_split) <= 0:
                 raise ValueError(f"split needs finite proportions >= 0 with a positive sum, got {self.fixed_split}")
         self.schedule = SplitSchedule(
-            ThroughputBalancer(len(self.devices), ema=ema, probe_every=probe_every, probe_limit=probe_limit),
+            ThroughputBalancer(len(self.devices), ema=ema, probe_every=probe_every, probe_limit=probe_limit,
+                               tail_window=tail_window),
             rebalance_every, granularity)
         self.steps = 0
         self.last_shards: list[int] = []
@@ -1173,7 +1177,7 @@ class HeteroDataParallel:
                           "and the next step calibrates", stacklevel=2)
             b = self.balancer
             self.balancer = ThroughputBalancer(len(self.devices), ema=b.ema, probe_every=b.probe_every,
-                                               probe_limit=b.probe_limit)
+                                               probe_limit=b.probe_limit, tail_window=b.tail_window)
         self.steps = int(state["steps"])
         self.schedule.forget()
         self.broadcast()

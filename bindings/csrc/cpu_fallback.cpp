@@ -40,12 +40,18 @@ class HostArguments {
       return e.host;
     }
     Entry e;
-    if (is_host_accessible(t) && !is_out) {
+    // A sparse tensor has no one buffer to alias: it is copied (indices and values), and an
+    // out= one keeps its structure as well as its values.
+    const bool strided = t.layout() == c10::kStrided;
+    if (strided && is_host_accessible(t) && !is_out) {
       e.host = host_alias(t);  // in-place writes land in device memory directly
       e.aliased = true;
-    } else if (is_out) {
+    } else if (is_out && strided) {
       e.host = at::empty(t.sizes(), t.options().device(at::kCPU));
       if (t.numel() > 0) e.host.copy_(t);  // out= may be read (e.g. accumulate) — keep its values
+      e.written_back = true;
+    } else if (is_out) {
+      e.host = t.to(at::kCPU);
       e.written_back = true;
     } else {
       e.host = t.to(at::kCPU);
@@ -70,7 +76,8 @@ class HostArguments {
 
   void write_back() {
     for (auto& w : write_backs_) {
-      if (w.fl.sizes() != w.cpu.sizes()) w.fl.resize_(w.cpu.sizes());
+      // (A sparse copy_ takes the source's sizes and structure itself.)
+      if (w.fl.layout() == c10::kStrided && w.fl.sizes() != w.cpu.sizes()) w.fl.resize_(w.cpu.sizes());
       w.fl.copy_(w.cpu);
     }
   }
@@ -138,7 +145,8 @@ bool mutates_unannotated(const c10::FunctionSchema& schema, size_t argument) {
 
 }  // namespace
 
-void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device) {
+void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
+                      c10::DispatchKey host_backend) {
   const auto& schema = op.schema();
   const size_t n = schema.arguments().size();
   const c10::Device fl_device(c10::DeviceType::PrivateUse1, device < 0 ? current_device() : device);
@@ -170,7 +178,7 @@ void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c
   }
   {
     c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset_with_ADInplaceOrView);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &cpu_stack);
+    op.redispatchBoxed(c10::DispatchKeySet(host_backend), &cpu_stack);
   }
   if (fl_gen) {
     std::lock_guard lock(fl_gen->mutex());

@@ -13,15 +13,16 @@
 //   buffers (indices, values) with dense ops, which the router serves on fl. Registered as
 //   they are.
 // - Values (coalesce, dense + sparse add, sparse + sparse add, mul, to_dense, ...): every
-//   other op runs ATen's SparseCPU kernel through at::native::cpu_fallback (tensors copied to
-//   host memory, the result and any tensor it writes copied back), counted and warned once
+//   other op runs ATen's SparseCPU kernel through the router's CPU fallback (cpu_fallback.cpp:
+//   tensors copied to host memory, one copy for a tensor passed twice, the result and any
+//   tensor it writes copied back), counted and warned once
 //   like the dense router's CPU fallback tier (torch_fl.fallback_stats()), and refused as it
 //   is when fallback.strict is set or the CPU fallback is disabled.
+#include "cpu_fallback.h"
 #include "fl_context.h"
 #include "op_info.h"
 #include "op_router.h"
 
-#include <ATen/native/CPUFallback.h>
 #include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_indices_native.h>
 #include <ATen/ops/_nnz_native.h>
@@ -32,10 +33,16 @@
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/copy_sparse_to_sparse_native.h>
 #include <ATen/ops/dense_dim_native.h>
+#include <ATen/ops/empty_like_native.h>
+#include <ATen/ops/empty_native.h>
 #include <ATen/ops/indices_native.h>
 #include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/sparse_dim_native.h>
+#include <ATen/ops/sparse_resize_and_clear_native.h>
+#include <ATen/ops/sparse_resize_native.h>
 #include <ATen/ops/values_native.h>
+#include <ATen/ops/zero_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -60,8 +67,8 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
                                 "for it to fall back on (dtypes ",
                                 dtypes(), ")");
   }
-  // ATen's cpu_fallback moves every tensor to the host without checking that they share a
-  // device: fl:0 + fl:1 gave a result on the first one's instead of ATen's error.
+  // The host copies are made without checking that the tensors share a device: fl:0 + fl:1
+  // gave a result on the first one's instead of ATen's error.
   std::optional<c10::Device> first;
   for (size_t i = stack->size() - info.num_arguments; i < stack->size(); ++i) {
     const c10::IValue& v = (*stack)[i];
@@ -71,13 +78,13 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
                 "devices, ", first->str(), " and ", d.str(), "! (when checking arguments of ", info.name, ")");
     first = d;
   }
-  if (runtime().config().fallback.warn_once && !info.warned.exchange(true)) {
+  if (runtime().config().fallback.warn_once && !info.warned_sparse.exchange(true)) {
     TORCH_WARN("torch_fl: ", info.name, " (", dtypes(),
                ") on a sparse fl tensor ran through the cpu_fallback tier: sparse values are computed by "
                "PyTorch's sparse CPU kernels on copies. This is warned once; see torch_fl.fallback_stats() "
                "for counts.");
   }
-  at::native::cpu_fallback(op, stack, /*error_on_views=*/false, c10::DispatchKey::SparseCPU);
+  run_cpu_fallback(op, stack, first ? first->index() : current_device(), c10::DispatchKey::SparseCPU);
   info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -101,6 +108,20 @@ at::Tensor with_dims_and_tensors(int64_t sparse_dim, int64_t dense_dim, c10::Sym
   const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional<at::Device>(values.device()));
   return at::native::new_with_dims_and_tensor_sparse_symint(sparse_dim, dense_dim, size, indices, values, dtype,
                                                             layout, device, pin_memory, is_coalesced);
+}
+
+at::Tensor empty_on_its_device(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::empty_sparse(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor empty_like_on_its_device(const at::Tensor& self, std::optional<at::ScalarType> dtype,
+                                    std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                    std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional<at::Device>(self.device()));
+  return at::native::empty_like_sparse_coo(self, dtype, layout, device, pin_memory, memory_format);
 }
 
 at::Tensor clone_on_its_device(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
@@ -148,6 +169,14 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   // Construction: the device in the options picks the dispatch key (fl -> SparsePrivateUse1).
   m.impl("_sparse_coo_tensor_with_dims", with_dims);
   m.impl("_sparse_coo_tensor_with_dims_and_tensors", with_dims_and_tensors);
+  // An empty COO tensor (torch.empty(..., layout=torch.sparse_coo), smm's result) and its
+  // resizes: structure only, the buffers made or resized with dense ops.
+  m.impl("empty.memory_format", empty_on_its_device);
+  m.impl("empty_like", empty_like_on_its_device);
+  m.impl("zero_", at::native::zero_sparse_);
+  m.impl("sparse_resize_", at::native::sparse_resize_);
+  m.impl("sparse_resize_and_clear_", at::native::sparse_resize_and_clear_);
+  m.impl("resize_as_sparse_", at::native::resize_as_sparse_);
   // Metadata.
   m.impl("sparse_dim", at::native::sparse_dim_sparse);
   m.impl("dense_dim", at::native::dense_dim_sparse);
@@ -175,9 +204,9 @@ namespace {
 // Sparsefl, sum() took the composite's sum(dim=[]) and returned the tensor itself (an empty
 // dim list reduces nothing for sparse tensors), and permute/unsqueeze/mv/isinf failed in ops
 // of the decomposition. They are registered here to the sparse CPU fallback, as their
-// SparseCPU kernels are what a sparse CUDA tensor gets (19 ops in torch 2.13: sum, permute,
-// unsqueeze, mv, isinf, abs, nan_to_num, deg2rad, rad2deg and their variants, empty_like,
-// zeros.out, is_pinned, _pin_memory).
+// SparseCPU kernels are what a sparse CUDA tensor gets (in torch 2.13: sum, permute,
+// unsqueeze, mv, isinf, abs, nan_to_num, deg2rad, rad2deg and their variants, zeros.out,
+// is_pinned, _pin_memory; empty_like is registered above as structure).
 struct RegisterSparseOverComposite {
   RegisterSparseOverComposite() {
     static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,

@@ -163,3 +163,51 @@ def test_sparse_compressed_tensors_are_refused_clearly():
         with pytest.raises(NotImplementedError, match=r"sparse compressed tensors \(CSR, CSC, BSR, BSC\) are not "
                                                       r"supported on fl"):
             csr @ torch.ones(2, device="fl:0")
+
+
+def test_smm_and_sspaddmm_whose_result_is_also_their_input_equal_the_cpu():
+    """torch.smm passes its result as both self and out= of sspaddmm; the fallback used to copy
+    the two apart, and sspaddmm checked the empty self ("Expected dim 0 size 3, got 0")."""
+    s, ref = _coo("fl:0").coalesce(), _coo("cpu").coalesce()
+    dense = torch.arange(12.0).reshape(3, 4)
+    start = torch.sparse_coo_tensor(torch.tensor([[0, 1], [3, 1]]), torch.tensor([5.0, 6.0]), (2, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = torch.smm(s, dense.to("fl:0"))
+        added = torch.sspaddmm(start.to("fl:0"), s, dense.to("fl:0"), beta=0.5, alpha=2.0)
+    assert got.layout == added.layout == torch.sparse_coo
+    assert got.device == added.device == torch.device("fl:0")
+    torch.testing.assert_close(got.cpu().to_dense(), torch.smm(ref, dense).to_dense())
+    torch.testing.assert_close(added.cpu().to_dense(),
+                               torch.sspaddmm(start, ref, dense, beta=0.5, alpha=2.0).to_dense())
+
+
+def test_empty_and_zeroed_coo_tensors_are_structure_not_fallback():
+    before = torch_fl.fallback_stats()
+    empty = torch.empty((2, 3), layout=torch.sparse_coo, device="fl:1")
+    assert empty.device == empty._indices().device == empty._values().device == torch.device("fl:1")
+    assert empty.shape == (2, 3) and empty._nnz() == 0
+    zeroed = _coo("fl:0")
+    zeroed.zero_()
+    assert zeroed._nnz() == 0 and zeroed.shape == (2, 3) and zeroed.device == torch.device("fl:0")
+    resized = torch.empty((1, 1), layout=torch.sparse_coo, device="fl:0").sparse_resize_((4, 5), 2, 0)
+    assert resized.shape == (4, 5) and resized.device == torch.device("fl:0")
+    after = torch_fl.fallback_stats()
+    for op in ("aten::empty.memory_format", "aten::zero_", "aten::sparse_resize_"):
+        assert after.get(op, {}).get("cpu_fallback", 0) == before.get(op, {}).get("cpu_fallback", 0), op
+
+
+def test_a_sparse_fallback_warns_even_after_the_dense_op_of_the_same_name_did():
+    s = _coo("fl:0")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.isnan(torch.rand(2, 3, device="fl:0"))
+        torch.isnan(s)
+        torch.isnan(s)
+    messages = [str(w.message) for w in caught if "aten::isnan" in str(w.message)]
+    if torch_fl.fallback_stats()["aten::isnan"]["cpu_fallback"] < 2:
+        pytest.skip("isnan is not a CPU fallback for dense tensors on this plugin")
+    dense = [m for m in messages if "sparse" not in m]
+    sparse = [m for m in messages if "on a sparse fl tensor" in m]
+    assert len(sparse) == 1, messages
+    assert len(dense) <= 1

@@ -76,8 +76,11 @@ class HostArguments {
 
   void write_back() {
     for (auto& w : write_backs_) {
-      // (A sparse copy_ takes the source's sizes and structure itself.)
-      if (w.fl.layout() == c10::kStrided && w.fl.sizes() != w.cpu.sizes()) w.fl.resize_(w.cpu.sizes());
+      if (w.fl.layout() != c10::kStrided) {
+        at::_copy_from_and_resize(w.cpu, w.fl);  // takes the structure too (sparse_ops.cpp)
+        continue;
+      }
+      if (w.fl.sizes() != w.cpu.sizes()) w.fl.resize_(w.cpu.sizes());
       w.fl.copy_(w.cpu);
     }
   }

@@ -1,4 +1,5 @@
-// sparse_ops.cpp — sparse COO tensors on fl (the SparsePrivateUse1 dispatch key, "Sparsefl").
+// sparse_ops.cpp — sparse tensors on fl: COO (the SparsePrivateUse1 dispatch key, "Sparsefl")
+// and compressed, i.e. CSR, CSC, BSR and BSC (SparseCsrPrivateUse1, "SparseCsrfl").
 //
 // A COO tensor on an fl device (torch.sparse_coo_tensor(..., device="fl:0"), or the gradient
 // of nn.Embedding(sparse=True)) dispatches to SparsePrivateUse1, which the dense router's
@@ -6,18 +7,18 @@
 // Without this file, building one failed with "Could not run
 // 'aten::_sparse_coo_tensor_with_dims_and_tensors' with arguments from the 'Sparsefl' backend".
 //
-// Two parts:
-// - Structure: constructing a COO tensor, reading its metadata, indices and values, cloning
+// Two parts, for each of the two keys:
+// - Structure: constructing a sparse tensor, reading its metadata, indices and values, cloning
 //   and copying it. ATen implements these once for every sparse backend (SparseCPU and
-//   SparseCUDA share the symbols); they only set sizes and flags or move the two dense
-//   buffers (indices, values) with dense ops, which the router serves on fl. Registered as
-//   they are.
+//   SparseCUDA share the symbols, as do SparseCsrCPU and SparseCsrCUDA); they only set sizes
+//   and flags or move the dense buffers (indices, values) with dense ops, which the router
+//   serves on fl. Registered as they are.
 // - Values (coalesce, dense + sparse add, sparse + sparse add, mul, to_dense, ...): every
-//   other op runs ATen's SparseCPU kernel through the router's CPU fallback (cpu_fallback.cpp:
-//   tensors copied to host memory, one copy for a tensor passed twice, the result and any
-//   tensor it writes copied back), counted and warned once
-//   like the dense router's CPU fallback tier (torch_fl.fallback_stats()), and refused as it
-//   is when fallback.strict is set or the CPU fallback is disabled.
+//   other op runs ATen's SparseCPU (SparseCsrCPU) kernel through the router's CPU fallback
+//   (cpu_fallback.cpp: tensors copied to host memory, one copy for a tensor passed twice, the
+//   result and any tensor it writes copied back), counted and warned once like the dense
+//   router's CPU fallback tier (torch_fl.fallback_stats()), and refused as it is when
+//   fallback.strict is set or the CPU fallback is disabled.
 #include "cpu_fallback.h"
 #include "fl_context.h"
 #include "op_info.h"
@@ -29,15 +30,19 @@
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
 #include <ATen/ops/_values_native.h>
+#include <ATen/ops/ccol_indices_native.h>
 #include <ATen/ops/clone_native.h>
+#include <ATen/ops/col_indices_native.h>
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/copy_sparse_to_sparse_native.h>
+#include <ATen/ops/crow_indices_native.h>
 #include <ATen/ops/dense_dim_native.h>
 #include <ATen/ops/empty_like_native.h>
 #include <ATen/ops/empty_native.h>
 #include <ATen/ops/indices_native.h>
 #include <ATen/ops/is_coalesced_native.h>
 #include <ATen/ops/resize_as_sparse_native.h>
+#include <ATen/ops/row_indices_native.h>
 #include <ATen/ops/sparse_dim_native.h>
 #include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/sparse_resize_native.h>
@@ -51,20 +56,27 @@
 namespace fl::binding {
 namespace {
 
+// The layouts one boxed fallback serves: COO (SparsePrivateUse1, run with SparseCPU's kernels)
+// or compressed, i.e. CSR, CSC, BSR and BSC (SparseCsrPrivateUse1, run with SparseCsrCPU's).
+template <c10::DispatchKey HostKey>
+constexpr const char* kLayoutWords =
+    HostKey == c10::DispatchKey::SparseCPU ? "a sparse fl tensor" : "a sparse compressed fl tensor";
+
+template <c10::DispatchKey HostKey>
 void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
   auto dtypes = [&] { return dtypes_of(torch::jit::last(*stack, info.num_arguments)); };  // for messages
   const auto& cfg = runtime().config().fallback;
   if (cfg.strict || !cfg.enable_cpu_fallback) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " on a sparse fl tensor (dtypes ",
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " on ", kLayoutWords<HostKey>, " (dtypes ",
                                 dtypes(),
                                 ") needs the CPU fallback, and ",
                                 cfg.strict ? "fallback.strict is set" : "the CPU fallback is disabled");
   }
-  if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::SparseCPU)) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name,
-                                " is not available for sparse tensors on fl: PyTorch has no sparse CPU kernel "
-                                "for it to fall back on (dtypes ",
+  if (!op.hasComputedKernelForDispatchKey(HostKey)) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " is not available for ",
+                                HostKey == c10::DispatchKey::SparseCPU ? "sparse" : "sparse compressed",
+                                " tensors on fl: PyTorch has no sparse CPU kernel for it to fall back on (dtypes ",
                                 dtypes(), ")");
   }
   // The host copies are made without checking that the tensors share a device: fl:0 + fl:1
@@ -79,12 +91,12 @@ void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
     first = d;
   }
   if (runtime().config().fallback.warn_once && !info.warned_sparse.exchange(true)) {
-    TORCH_WARN("torch_fl: ", info.name, " (", dtypes(),
-               ") on a sparse fl tensor ran through the cpu_fallback tier: sparse values are computed by "
+    TORCH_WARN("torch_fl: ", info.name, " (", dtypes(), ") on ", kLayoutWords<HostKey>,
+               " ran through the cpu_fallback tier: sparse values are computed by "
                "PyTorch's sparse CPU kernels on copies. This is warned once; see torch_fl.fallback_stats() "
                "for counts.");
   }
-  run_cpu_fallback(op, stack, first ? first->index() : current_device(), c10::DispatchKey::SparseCPU);
+  run_cpu_fallback(op, stack, first ? first->index() : current_device(), HostKey);
   info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -142,27 +154,12 @@ at::Tensor copy_from_and_resize_sparse(const at::Tensor& self, const at::Tensor&
 
 }  // namespace
 
-namespace {
-
-// Sparse compressed tensors (CSR, CSC, BSR, BSC) have no support on fl: building one succeeds
-// (ATen makes it without dispatching), and every op on it then stops here with that said,
-// rather than with "Sparse CSR tensors do not have strides" or "Could not run ... from the
-// 'SparseCsrfl' backend".
-void refuse_sparse_compressed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  (void)stack;
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", op.schema().operator_name(),
-                              ": sparse compressed tensors (CSR, CSC, BSR, BSC) are not supported on fl; use "
-                              "a sparse COO tensor (to_sparse()) or move it to the CPU first");
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback<c10::DispatchKey::SparseCPU>>());
 }
-
-}  // namespace
 
 TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse_compressed>());
-}
-
-TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback<c10::DispatchKey::SparseCsrCPU>>());
 }
 
 TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
@@ -199,6 +196,64 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
 
 namespace {
 
+// Sparse compressed tensors (CSR, CSC, BSR, BSC: one dispatch key) have three dense buffers
+// (compressed indices, plain indices, values). Building one on fl needs no kernel (ATen's
+// _sparse_compressed_tensor_unsafe makes the TensorImpl itself), and moving one between devices
+// is _to_copy's composite; what reads or copies its structure is ATen's shared code, registered
+// here as for COO above (before, ops on a CSR tensor on fl failed: "crow_indices expected
+// sparse row compressed tensor layout but got SparseCsr", and t.cpu() with them).
+at::Tensor empty_compressed_on_its_device(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                          std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                          std::optional<bool> pin_memory,
+                                          std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device);
+  return at::native::empty_sparse_compressed(size, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor empty_like_compressed_on_its_device(const at::Tensor& self, std::optional<at::ScalarType> dtype,
+                                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                                               std::optional<bool> pin_memory,
+                                               std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional<at::Device>(self.device()));
+  return at::native::empty_like_sparse_csr(self, dtype, layout, device, pin_memory, memory_format);
+}
+
+at::Tensor clone_compressed_on_its_device(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
+  const c10::OptionalDeviceGuard guard(self.device());
+  return at::native::clone_sparse_compressed(self, memory_format);
+}
+
+// The CPU fallback's write-back of a compressed tensor an op wrote: copy_ between compressed
+// tensors needs the same number of elements, so `dst` first takes the shapes of `self`'s.
+at::Tensor copy_from_and_resize_compressed(const at::Tensor& self, const at::Tensor& dst) {
+  const c10::OptionalDeviceGuard guard(dst.device());
+  at::native::resize_as_sparse_compressed_(dst, self);
+  at::Tensor target = dst;
+  at::native::copy_sparse_compressed_(target, self, /*non_blocking=*/false);
+  return dst;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
+  m.impl("empty.memory_format", empty_compressed_on_its_device);
+  m.impl("empty_like", empty_like_compressed_on_its_device);
+  m.impl("resize_as_sparse_", at::native::resize_as_sparse_compressed_);
+  m.impl("sparse_dim", at::native::sparse_dim_sparse_csr);
+  m.impl("dense_dim", at::native::dense_dim_sparse_csr);
+  m.impl("_nnz", at::native::_nnz_sparse_csr);
+  m.impl("crow_indices", at::native::crow_indices_sparse_csr);
+  m.impl("col_indices", at::native::col_indices_sparse_csr);
+  m.impl("ccol_indices", at::native::ccol_indices_sparse_csr);
+  m.impl("row_indices", at::native::row_indices_sparse_csr);
+  m.impl("values", at::native::values_sparse_csr);
+  m.impl("clone", clone_compressed_on_its_device);
+  m.impl("copy_", at::native::copy_sparse_compressed_);
+  m.impl("_copy_from_and_resize", copy_from_and_resize_compressed);
+}
+
+namespace {
+
 // Ops that PyTorch serves on SparseCPU (and SparseCUDA) with a kernel of their own but that
 // also have a CompositeExplicitAutograd kernel, which wins over a backend fallback: on
 // Sparsefl, sum() took the composite's sum(dim=[]) and returned the tensor itself (an empty
@@ -207,24 +262,33 @@ namespace {
 // SparseCPU kernels are what a sparse CUDA tensor gets (in torch 2.13: sum, permute,
 // unsqueeze, mv, isinf, abs, nan_to_num, deg2rad, rad2deg and their variants, zeros.out,
 // is_pinned, _pin_memory; empty_like is registered above as structure).
+// Registers every aten op with a HostKey kernel and a CompositeExplicitAutograd(NonFunctional)
+// one, and no kernel of its own on FlKey yet, to the fallback on FlKey. (The NonFunctional
+// alias covers SparseCsr backends: on SparseCsrfl, add took the structured kernel's
+// TensorIterator and failed with "unsupported tensor layout: SparseCsr".)
+template <c10::DispatchKey FlKey, c10::DispatchKey HostKey>
+void register_sparse_over_composite() {
+  static auto* lib = new torch::Library(torch::Library::IMPL, "aten", FlKey, __FILE__, __LINE__);
+  for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    auto handle = c10::Dispatcher::singleton().findSchema(name);
+    if (!handle || !handle->hasKernelForDispatchKey(HostKey) || handle->hasKernelForDispatchKey(FlKey) ||
+        !(handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
+          handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)))
+      continue;
+    const std::string qualified = name.overload_name.empty() ? name.name.substr(6)
+                                                             : name.name.substr(6) + "." + name.overload_name;
+    lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback<HostKey>>());
+  }
+}
+
 struct RegisterSparseOverComposite {
   RegisterSparseOverComposite() {
-    static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::SparsePrivateUse1,
-                                          __FILE__, __LINE__);
-    for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
-      if (name.name.rfind("aten::", 0) != 0) continue;
-      auto handle = c10::Dispatcher::singleton().findSchema(name);
-      if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::SparseCPU) ||
-          !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) ||
-          handle->hasKernelForDispatchKey(c10::DispatchKey::SparsePrivateUse1))
-        continue;
-      const std::string qualified = name.overload_name.empty() ? name.name.substr(6)
-                                                               : name.name.substr(6) + "." + name.overload_name;
-      lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
-    }
+    register_sparse_over_composite<c10::DispatchKey::SparsePrivateUse1, c10::DispatchKey::SparseCPU>();
+    register_sparse_over_composite<c10::DispatchKey::SparseCsrPrivateUse1, c10::DispatchKey::SparseCsrCPU>();
   }
 };
-RegisterSparseOverComposite register_sparse_over_composite;
+RegisterSparseOverComposite register_sparse_over_composite_kernels;
 
 }  // namespace
 

@@ -17,7 +17,8 @@
 #   example_cnn   examples/train_cnn.py on fl:0 (the CUDA plugin only), then on cuda:0 apart
 #   bench_compare bench/compare.py --native cuda:0 --fl fl:0
 #   profile       bench/profile_step.py per training model, cuda:0 then fl:0
-#   check_ops     tools/gpu/check_against_cpu.py: ops, LSTM/GRU, a sparse embedding and an AdamW step against PyTorch's CPU
+#   check_ops     tools/gpu/check_against_cpu.py: ops, LSTM/GRU, a sparse embedding, a CSR graph layer and an
+#                 AdamW step against PyTorch's CPU
 #   mixed_plugins tools/gpu/check_mixed_plugins.py: seeded dropout on each plugin, HeteroDataParallel
 #                 across the CPU and CUDA plugins against a plain loop on the GPU, the fork guard
 #   lightning     tests/python/_lightning_fit.py on the CUDA device (32-true, bf16-mixed) and

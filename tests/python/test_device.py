@@ -106,6 +106,12 @@ def test_storage_methods_generated():
     assert s.nbytes() == 16
 
 
+def test_devices_lists_all_or_one_plugins_devices():
+    assert torch_fl.devices() == [torch.device("fl:0"), torch.device("fl:1")]
+    assert torch_fl.devices("cpu") == [torch.device("fl:0"), torch.device("fl:1")]
+    assert torch_fl.devices("no-such-plugin") == []
+
+
 def test_list_devices_fields():
     devices = torch_fl.list_devices()
     assert [d["index"] for d in devices] == [0, 1]

@@ -29,12 +29,8 @@ def report(name: str, ok: bool, detail: str) -> None:
         failures.append(name)
 
 
-def first_device(plugin: str) -> str:
-    return next(d["device"] for d in torch_fl.list_devices() if d["plugin"] == plugin)
-
-
 # Arguments, for a dry run where there is no GPU: python ... fl:1 fl:0 (with FL_CPU_DEVICES=2).
-GPU, HOST = sys.argv[1:3] if len(sys.argv) == 3 else (first_device("cuda"), first_device("cpu"))
+GPU, HOST = sys.argv[1:3] if len(sys.argv) == 3 else (str(torch_fl.devices("cuda")[0]), str(torch_fl.devices("cpu")[0]))
 
 
 def check_seeded_dropout(device: str) -> None:

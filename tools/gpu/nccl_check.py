@@ -31,10 +31,6 @@ import torch_fl  # noqa: E402
 import _flccl_worker as worker  # noqa: E402
 
 
-def plugin_devices(plugin: str) -> list[int]:
-    return [d["index"] for d in torch_fl.list_devices() if d["plugin"] == plugin]
-
-
 def run_ranks(devices: list[int], route: str, workdir: Path) -> list[list[torch.Tensor]]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -67,10 +63,10 @@ def reference(device: int) -> list[torch.Tensor]:
 def main() -> int:
     mixed = "--mixed" in sys.argv[1:]
     if mixed:  # rank 0 on the CPU plugin, rank 1 on the CUDA plugin
-        devices = plugin_devices("cpu")[:1] + plugin_devices("cuda")[:1]
+        devices = [d.index for d in torch_fl.devices("cpu")[:1] + torch_fl.devices("cuda")[:1]]
         routes = ("gloo",)
     else:
-        devices = plugin_devices("cuda")[:2]
+        devices = [d.index for d in torch_fl.devices("cuda")[:2]]
         routes = ("nccl", "gloo")
     print("rank devices:", [f"fl:{d}" for d in devices])
     if len(devices) < 2:

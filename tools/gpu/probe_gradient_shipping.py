@@ -18,10 +18,6 @@ import torch_fl
 from torch_fl.parallel import device_context, synchronize_device
 
 
-def first_of(plugin: str) -> torch.device:
-    return torch.device(next(d["device"] for d in torch_fl.list_devices() if d["plugin"] == plugin))
-
-
 def timed(fn) -> tuple[float, object]:
     start = time.perf_counter()
     out = fn()
@@ -29,7 +25,7 @@ def timed(fn) -> tuple[float, object]:
 
 
 def main() -> None:
-    cpu, gpu = first_of("cpu"), first_of("cuda")
+    cpu, gpu = torch_fl.devices("cpu")[0], torch_fl.devices("cuda")[0]
     shapes = [(64, 2048), (64,), (10, 64), (10,)]  # the wide MLP's gradients
     grads = [torch.randn(s).to(cpu) for s in shapes]
     batch = torch.randn(30720, 2048).pin_memory()  # the master's shard of a pinned batch

@@ -31,10 +31,6 @@ from hetero import WORKLOADS, _batches, _optimizer  # noqa: E402  (bench/hetero.
 from torch_fl.parallel import HeteroDataParallel  # noqa: E402
 
 
-def first_of(plugin: str) -> str:
-    return next(d["device"] for d in torch_fl.list_devices() if d["plugin"] == plugin)
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--devices", nargs=2, default=None, help="the slow device, then the fast one (it reduces)")
@@ -47,7 +43,7 @@ def main() -> None:
                    help="Python's cyclic garbage collector off during the timed cycles (gc.freeze, gc.disable)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    slow, fast = args.devices or [first_of("cpu"), first_of("cuda")]
+    slow, fast = args.devices or [str(torch_fl.devices("cpu")[0]), str(torch_fl.devices("cuda")[0])]
     data = _batches("wide", args.batch_size, 4, pin=args.pin)
     torch.manual_seed(0)
     pair, alone = list(args.split), [0.0, 1.0]

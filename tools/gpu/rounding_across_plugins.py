@@ -45,9 +45,10 @@ OPTIMIZERS = {
 
 
 def main() -> None:
-    devices = {d["plugin"]: d["device"] for d in torch_fl.list_devices()}
-    if "cpu" not in devices or "cuda" not in devices:
-        raise SystemExit(f"needs the cpu and cuda plugins, found {sorted(devices)}")
+    devices = {p: torch_fl.devices(p)[:1] for p in ("cpu", "cuda")}
+    if not all(devices.values()):
+        raise SystemExit(f"needs the cpu and cuda plugins, found {sorted(d['plugin'] for d in torch_fl.list_devices())}")
+    devices = {p: found[0] for p, found in devices.items()}
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(1 << 20, generator=g), torch.randn(1 << 20, generator=g)
     print(f"float32, {a.numel()} elements; elements not bit-identical between:")

@@ -22,6 +22,7 @@ import torch
 from . import _version_check
 
 __all__ = [
+    "devices",
     "list_devices",
     "loaded_plugins",
     "skipped_plugins",
@@ -66,6 +67,7 @@ else:
     from . import _C  # noqa: E402
     from . import device_module as _device_module  # noqa: E402
     from .tools import (  # noqa: E402
+        devices,
         fallback_report,
         fallback_stats,
         list_devices,

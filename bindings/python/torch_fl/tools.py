@@ -16,6 +16,13 @@ def list_devices() -> list[dict]:
     return list(_C.list_devices())
 
 
+def devices(plugin: str | None = None) -> list[torch.device]:
+    """The fl devices in index order, or only those of one plugin (its name, as in
+    list_devices()'s "plugin": "cpu", "cuda", ...; an empty list when it has none), e.g.
+    torch_fl.devices("cuda")[0] for the first GPU of a machine whose host is fl:0."""
+    return [torch.device(d["device"]) for d in _C.list_devices() if plugin is None or d["plugin"] == plugin]
+
+
 def loaded_plugins() -> list[dict]:
     return list(_C.loaded_plugins())
 

@@ -237,3 +237,50 @@ def test_the_tail_waits_for_enough_steps_and_survives_a_checkpoint():
     assert restored.split(BATCH, 1024) == b.split(BATCH, 1024)
     with pytest.raises(ValueError, match="tail_window"):
         ThroughputBalancer(2, tail_window=-1)
+
+
+def test_the_tail_leaves_every_device_of_the_split_a_whole_piece():
+    """The device holding the rounding remainder (batch 65541: 1029 rows at granularity 1024)
+    kept 5 rows after the search before: its whole fixed cost for nothing, and a new shape."""
+    steps = [(4.0 if k % 3 == 0 else 1.0, 1.0) for k in range(32)]
+    for batch, q in ((65541, 1024), (65536, 1024), (65536, 64), (4000, 16)):
+        tail, plain = _observed(steps), _observed(steps, tail_window=0)
+        sizes, before = tail.split(batch, q), plain.split(batch, q)
+        assert sum(sizes) == batch
+        for i in device_set(before):
+            assert sizes[i] >= q, (batch, q, before, sizes)
+
+
+def test_the_tail_search_at_granularity_one_moves_coarse_pieces_first():
+    """granularity=1 searched one row per round (0.3 s per split with two devices, 3.5 s with
+    eight); moves now start at batch/8 rows and halve, so the rounds stay few, and the split
+    lands where the granularity-1024 search does, within a piece."""
+    rng = random.Random(5)
+    steps = [(2.5 if k % 5 == 2 else rng.uniform(0.95, 1.05), 1.0) for k in range(32)]
+    fine, coarse = _observed(steps), _observed(steps)
+    calls = 0
+    measure = fine.expected_seconds
+
+    def counted(*args):
+        nonlocal calls
+        calls += 1
+        return measure(*args)
+
+    fine.expected_seconds = counted
+    fine_sizes = fine.split(BATCH, 1)
+    assert calls < 400
+    assert abs(fine_sizes[0] - coarse.split(BATCH, 1024)[0]) <= 1024
+    assert fine.expected_seconds(fine_sizes, fine.tail_steps((0, 1))) <= coarse.expected_seconds(
+        coarse.split(BATCH, 1024), coarse.tail_steps((0, 1))) + 1e-12
+
+
+def test_a_resumed_balancer_keeps_its_own_tail_switch_and_recalibration_drops_the_steps():
+    steps = [(2.5 if k % 4 == 0 else 1.0, 1.0) for k in range(32)]
+    saved = _observed(steps).state_dict()
+    off = ThroughputBalancer(2, tail_window=0)
+    off.load_state_dict(saved)
+    assert off.tail_window == 0
+    assert off.split(BATCH, 1024) == _observed(steps, tail_window=0).split(BATCH, 1024)
+    b = _observed(steps)
+    b.calibrate(0, [(16384, 0.03), (65536, 0.1)])
+    assert len(b.ratios) == 0

@@ -866,6 +866,25 @@ def test_balancer_state_is_checkpointed():
     other.close()
 
 
+def test_tail_window_reaches_the_balancer_and_a_rebuilt_one():
+    """HeteroDataParallel(tail_window=0) turns the tail-aware split off; a checkpoint from other
+    devices, which makes a fresh balancer, and one from the same devices both keep it off."""
+    xs, ys = _data(torch.float32, steps=2, batch=32)
+    source = HeteroDataParallel(_model(torch.float32), ["fl:1", "fl:0"], _optimizer, calibration_reps=1)
+    for x, y in zip(xs, ys):
+        source.train_step(x, y, F.cross_entropy)
+    state = source.state_dict()
+    source.close()
+    for devices in (["fl:0", "fl:1"], ["fl:1", "fl:0"]):
+        hdp = HeteroDataParallel(_model(torch.float32), devices, _optimizer, tail_window=0)
+        assert hdp.balancer.tail_window == 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hdp.load_state_dict(state)
+        assert hdp.balancer.tail_window == 0, devices
+        hdp.close()
+
+
 class _SlowOn(nn.Module):
     """Identity that sleeps on one device — a stand-in for a slower chip (sleep releases the
     GIL, as a device's kernels do)."""

@@ -89,7 +89,7 @@ class ThroughputBalancer:
     steps, and those steps alone made the split slower than the GPU alone in half the runs.
     So once `TAIL_MIN` steps of a device set have measured every device's time, `split` moves
     rows between that set's devices, one granularity piece at a time, while this lowers the
-    mean over those steps (the last `tail_window` that measured each device) of the slowest
+    mean over those steps (those of the last `tail_window` that timed each device) of the slowest
     device's time, each device scaled by what it measured in that step (its ratio measured /
     predicted). Steps are kept whole, so devices that slow down together (the host is busy)
     count as such. Where no device varies, this keeps the equal-finish split; tail_window=0
@@ -112,8 +112,9 @@ class ThroughputBalancer:
         if tail_window < 0:
             raise ValueError("tail_window must be >= 0")
         self.tail_window = int(tail_window)
-        # The ratios measured / predicted of the last tail_window steps that timed each device:
-        # one tuple per step, None for a device it did not time.
+        # The ratios measured / predicted of the last tail_window steps that timed two devices
+        # or more: one tuple per step, None for a device it did not time (tail_steps picks the
+        # ones that timed every device of a set).
         self.ratios: collections.deque[tuple[float | None, ...]] = collections.deque(maxlen=max(self.tail_window, 1))
         self.num_devices = num_devices
         self.ema = ema
@@ -161,6 +162,7 @@ class ThroughputBalancer:
             a = max(a, 0.0)
         self.overhead[device] = a
         self.per_sample[device] = max(b, 1e-12)
+        self.ratios.clear()  # measured against the old fit
         self.transfer[device] = max(float(transfer_s), 0.0)
         self.slowdown[device] = 1.0
         largest = max(ns)
@@ -298,29 +300,40 @@ class ThroughputBalancer:
                        for i in active) for r in steps) / len(steps)
 
     def _shift_for_tail(self, sizes: list[int], q: int) -> list[int]:
-        """`sizes` with rows moved between its devices, q at a time, while that lowers the
-        expected step time over the measured steps (see the class); every device keeps at
-        least one piece (dropping one is the choice between candidate sets)."""
+        """`sizes` with rows moved between its devices while that lowers the expected step
+        time over the measured steps (see the class). Moves are multiples of q, coarse first
+        (q·2^k rows, halving down to q), so a fine granularity costs a few more rounds rather
+        than one round per row; every device keeps at least one piece (q rows, and min_rows),
+        as dropping a device is the choice between candidate sets."""
         active = device_set(sizes)
         steps = self.tail_steps(active) if self.tail_window > 0 and len(active) > 1 else []
         if len(steps) < self.TAIL_MIN:
             return sizes
+        keep = max(q, self.min_rows)
         best = self.expected_seconds(sizes, steps)
-        for _ in range(sum(sizes) // q + 1):
-            moves = []
-            for i in active:
-                for j in active:
-                    if i != j and sizes[i] > q:
+        move = q
+        while move * 2 <= sum(sizes) // 8:
+            move *= 2
+        while move >= q:
+            improved = True
+            while improved:
+                improved = False
+                for i in active:
+                    if sizes[i] - move < keep:
+                        continue
+                    for j in active:
+                        if i == j:
+                            continue
                         trial = list(sizes)
-                        trial[i] -= q
-                        trial[j] += q
-                        moves.append((self.expected_seconds(trial, steps), trial))
-            if not moves:
-                break
-            cost, trial = min(moves, key=lambda m: m[0])
-            if cost >= best * (1.0 - 1e-9):
-                break
-            best, sizes = cost, trial
+                        trial[i] -= move
+                        trial[j] += move
+                        cost = self.expected_seconds(trial, steps)
+                        if cost < best * (1.0 - 1e-9):
+                            best, sizes, improved = cost, trial, True
+                            break
+                    if improved:
+                        break
+            move //= 2
         return sizes
 
     def fastest_alone(self) -> int | None:
@@ -440,7 +453,8 @@ class ThroughputBalancer:
         self.ema = float(state["ema"])
         self.probe_every = int(state["probe_every"])
         self.probe_limit = float(state.get("probe_limit", self.probe_limit))
-        self.tail_window = int(state.get("tail_window", self.tail_window))
+        # tail_window stays this balancer's (it is the switch HeteroDataParallel(tail_window=0)
+        # sets); the steps it keeps are the checkpoint's latest.
         self.ratios = collections.deque(
             (tuple(None if v is None else float(v) for v in r) for r in state.get("ratios", [])),
             maxlen=max(self.tail_window, 1))

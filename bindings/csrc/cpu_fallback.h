@@ -11,8 +11,8 @@
 
 namespace fl::binding {
 
-// `host_backend`: the kernel to run, CPU for dense ops, SparseCPU for sparse COO ones
-// (sparse_ops.cpp). A tensor that appears twice (smm passes its result as both self and out=)
+// `host_backend`: the kernel to run, CPU for dense ops, SparseCPU for sparse COO ones and
+// SparseCsrCPU for sparse compressed ones (sparse_ops.cpp). A tensor that appears twice (smm passes its result as both self and out=)
 // gets one host copy, so the kernel sees the aliasing the caller set up.
 void run_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device,
                       c10::DispatchKey host_backend = c10::DispatchKey::CPU);

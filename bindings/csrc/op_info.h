@@ -32,7 +32,8 @@ struct OpInfo {
   std::atomic<uint64_t> nanoseconds{0};         // with the profiler on: host time
   std::atomic<uint64_t> device_nanoseconds{0};  // with device timing on (device_timer.h)
   std::atomic<bool> warned{false};
-  std::atomic<bool> warned_sparse{false};       // the sparse fallback's warning (sparse_ops.cpp)
+  std::atomic<bool> warned_sparse{false};       // the sparse fallbacks' warnings (sparse_ops.cpp): COO,
+  std::atomic<bool> warned_sparse_compressed{false};  // and CSR, CSC, BSR, BSC
   bool explicitly_registered = false;           // registered on PrivateUse1 by name (not the fallback)
   // A convolution (its TF32 switch is torch.backends.cudnn.allow_tf32, as on CUDA, rather
   // than the matmul precision).

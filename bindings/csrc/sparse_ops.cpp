@@ -27,6 +27,8 @@
 #include <ATen/ops/_coalesced_native.h>
 #include <ATen/ops/_indices_native.h>
 #include <ATen/ops/_nnz_native.h>
+#include <ATen/ops/_pin_memory_native.h>
+#include <ATen/ops/_sparse_broadcast_to_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors_native.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_native.h>
 #include <ATen/ops/_values_native.h>
@@ -41,12 +43,18 @@
 #include <ATen/ops/empty_native.h>
 #include <ATen/ops/indices_native.h>
 #include <ATen/ops/is_coalesced_native.h>
+#include <ATen/ops/is_pinned_native.h>
+#include <ATen/ops/permute_native.h>
 #include <ATen/ops/resize_as_sparse_native.h>
 #include <ATen/ops/row_indices_native.h>
+#include <ATen/ops/select_native.h>
 #include <ATen/ops/sparse_dim_native.h>
 #include <ATen/ops/sparse_resize_and_clear_native.h>
 #include <ATen/ops/sparse_resize_native.h>
+#include <ATen/ops/unsqueeze_native.h>
 #include <ATen/ops/values_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/zero_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
@@ -59,44 +67,73 @@ namespace {
 // The layouts one boxed fallback serves: COO (SparsePrivateUse1, run with SparseCPU's kernels)
 // or compressed, i.e. CSR, CSC, BSR and BSC (SparseCsrPrivateUse1, run with SparseCsrCPU's).
 template <c10::DispatchKey HostKey>
-constexpr const char* kLayoutWords =
-    HostKey == c10::DispatchKey::SparseCPU ? "a sparse fl tensor" : "a sparse compressed fl tensor";
+constexpr const char* kLayout = HostKey == c10::DispatchKey::SparseCPU ? "sparse" : "sparse compressed";
+
+// The fl device an op's tensors are on, lists included (cat, stack). Tensors on two fl
+// devices, or an fl tensor with a CPU one of one dimension or more, are refused as ATen
+// refuses cuda:0 with cuda:1 or with the CPU (a CPU scalar tensor is let through, as there).
+c10::DeviceIndex common_fl_device(const OpInfo& info, c10::ArrayRef<c10::IValue> args) {
+  std::optional<c10::Device> fl;
+  std::optional<c10::Device> host;
+  auto visit = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (t.is_privateuseone()) {
+      TORCH_CHECK(!fl || *fl == t.device(), "Expected all tensors to be on the same device, but found at least two "
+                  "devices, ", fl->str(), " and ", t.device().str(), "! (when checking arguments of ", info.name, ")");
+      fl = t.device();
+    } else if (t.device().is_cpu() && t.dim() > 0) {
+      host = t.device();
+    }
+  };
+  for (const auto& v : args) {
+    if (v.isTensor()) {
+      visit(v.toTensor());
+    } else if (v.isTensorList() || v.isOptionalTensorList()) {
+      for (const auto& e : v.toListRef())
+        if (e.isTensor()) visit(e.toTensor());
+    }
+  }
+  TORCH_CHECK(!fl || !host, "Expected all tensors to be on the same device, but found at least two devices, ",
+              fl->str(), " and cpu! (when checking arguments of ", info.name, ")");
+  return fl ? fl->index() : current_device();
+}
+
+// Whether a return of the op is a view of an argument (Tensor(a) in its schema): a copy made
+// on the host cannot be one, so writes through it would not reach the input.
+bool returns_a_view(const c10::FunctionSchema& schema) {
+  for (const auto& r : schema.returns())
+    if (r.alias_info() && !r.alias_info()->isWrite()) return true;
+  return false;
+}
 
 template <c10::DispatchKey HostKey>
 void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   OpInfo& info = op_info(op);
-  auto dtypes = [&] { return dtypes_of(torch::jit::last(*stack, info.num_arguments)); };  // for messages
+  const auto args = torch::jit::last(*stack, info.num_arguments);
+  auto dtypes = [&] { return dtypes_of(args); };  // for messages
   const auto& cfg = runtime().config().fallback;
   if (cfg.strict || !cfg.enable_cpu_fallback) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " on ", kLayoutWords<HostKey>, " (dtypes ",
-                                dtypes(),
-                                ") needs the CPU fallback, and ",
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " on a ", kLayout<HostKey>, " fl tensor (dtypes ",
+                                dtypes(), ") needs the CPU fallback, and ",
                                 cfg.strict ? "fallback.strict is set" : "the CPU fallback is disabled");
   }
   if (!op.hasComputedKernelForDispatchKey(HostKey)) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " is not available for ",
-                                HostKey == c10::DispatchKey::SparseCPU ? "sparse" : "sparse compressed",
+    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " is not available for ", kLayout<HostKey>,
                                 " tensors on fl: PyTorch has no sparse CPU kernel for it to fall back on (dtypes ",
                                 dtypes(), ")");
   }
-  // The host copies are made without checking that the tensors share a device: fl:0 + fl:1
-  // gave a result on the first one's instead of ATen's error.
-  std::optional<c10::Device> first;
-  for (size_t i = stack->size() - info.num_arguments; i < stack->size(); ++i) {
-    const c10::IValue& v = (*stack)[i];
-    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_privateuseone()) continue;
-    const c10::Device d = v.toTensor().device();
-    TORCH_CHECK(!first || *first == d, "Expected all tensors to be on the same device, but found at least two "
-                "devices, ", first->str(), " and ", d.str(), "! (when checking arguments of ", info.name, ")");
-    first = d;
-  }
-  if (runtime().config().fallback.warn_once && !info.warned_sparse.exchange(true)) {
-    TORCH_WARN("torch_fl: ", info.name, " (", dtypes(), ") on ", kLayoutWords<HostKey>,
-               " ran through the cpu_fallback tier: sparse values are computed by "
+  TORCH_CHECK_NOT_IMPLEMENTED(!returns_a_view(op.schema()), "torch_fl: ", info.name, " on a ", kLayout<HostKey>,
+                              " fl tensor returns a view, which the CPU fallback cannot give (it computes on "
+                              "copies); move the tensor to the CPU first");
+  const c10::DeviceIndex device = common_fl_device(info, args);
+  auto& warned = HostKey == c10::DispatchKey::SparseCPU ? info.warned_sparse : info.warned_sparse_compressed;
+  if (cfg.warn_once && !warned.exchange(true)) {
+    TORCH_WARN("torch_fl: ", info.name, " (", dtypes(), ") on a ", kLayout<HostKey>,
+               " fl tensor ran through the cpu_fallback tier: sparse values are computed by "
                "PyTorch's sparse CPU kernels on copies. This is warned once; see torch_fl.fallback_stats() "
                "for counts.");
   }
-  run_cpu_fallback(op, stack, first ? first->index() : current_device(), HostKey);
+  run_cpu_fallback(op, stack, device, HostKey);
   info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -144,10 +181,20 @@ at::Tensor clone_on_its_device(const at::Tensor& self, std::optional<at::MemoryF
 // The CPU fallback's write-back of a sparse fl tensor that the op changed in place (a sparse
 // gradient that a second backward accumulates into): `dst` takes the structure and buffers of
 // `self`, the CPU result, as copy_ would between two sparse tensors.
+// When the structure is unchanged (an in-place op on the values: neg_, mul_ by a scalar),
+// the values and indices are copied into dst's own buffers, as the CPU kernel writes them:
+// copy_sparse_ gives dst new buffers, and a handle taken before (v = s._values()) went stale.
 at::Tensor copy_from_and_resize_sparse(const at::Tensor& self, const at::Tensor& dst) {
   TORCH_CHECK(self.is_sparse() && dst.is_sparse(), "torch_fl: _copy_from_and_resize on Sparsefl takes two sparse tensors");
   const c10::OptionalDeviceGuard guard(dst.device());
   at::Tensor target = dst;
+  if (self.sizes() == dst.sizes() && self.sparse_dim() == dst.sparse_dim() && self.dense_dim() == dst.dense_dim() &&
+      self._nnz() == dst._nnz() && self.scalar_type() == dst.scalar_type()) {
+    target._indices().copy_(self._indices());
+    target._values().copy_(self._values());
+    target._coalesced_(self.is_coalesced());
+    return dst;
+  }
   at::native::copy_sparse_(target, self, /*non_blocking=*/false);
   return dst;
 }
@@ -187,6 +234,16 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("_values", at::native::_values_sparse);
   m.impl("indices", at::native::indices_sparse);
   m.impl("values", at::native::values_sparse);
+  // Views: new tensors over the same buffers, made with dense views of them. (Through the
+  // fallback these were copies: a write through permute(...) did not reach the input.)
+  m.impl("permute", at::native::permute_sparse_coo);
+  m.impl("unsqueeze", at::native::unsqueeze_sparse);
+  m.impl("_sparse_broadcast_to", at::native::sparse_broadcast_to);
+  m.impl("view_as_real", at::native::view_as_real_sparse);
+  m.impl("view_as_complex", at::native::view_as_complex_sparse);
+  // Pinning asks the buffers (fl memory: not pinned, and refused as CUDA memory is).
+  m.impl("is_pinned", at::native::is_pinned_sparse_coo);
+  m.impl("_pin_memory", at::native::_pin_memory_sparse_coo);
   // Moving the buffers with dense copies.
   m.impl("clone", clone_on_its_device);
   m.impl("copy_", at::native::copy_sparse_wrapper_);
@@ -247,6 +304,9 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("ccol_indices", at::native::ccol_indices_sparse_csr);
   m.impl("row_indices", at::native::row_indices_sparse_csr);
   m.impl("values", at::native::values_sparse_csr);
+  m.impl("select.int", at::native::select_sparse_csr);  // a view, as on the CPU
+  m.impl("is_pinned", at::native::is_pinned_sparse_compressed);
+  m.impl("_pin_memory", at::native::_pin_memory_sparse_compressed);
   m.impl("clone", clone_compressed_on_its_device);
   m.impl("copy_", at::native::copy_sparse_compressed_);
   m.impl("_copy_from_and_resize", copy_from_and_resize_compressed);
@@ -259,9 +319,9 @@ namespace {
 // Sparsefl, sum() took the composite's sum(dim=[]) and returned the tensor itself (an empty
 // dim list reduces nothing for sparse tensors), and permute/unsqueeze/mv/isinf failed in ops
 // of the decomposition. They are registered here to the sparse CPU fallback, as their
-// SparseCPU kernels are what a sparse CUDA tensor gets (in torch 2.13: sum, permute,
-// unsqueeze, mv, isinf, abs, nan_to_num, deg2rad, rad2deg and their variants, zeros.out,
-// is_pinned, _pin_memory; empty_like is registered above as structure).
+// SparseCPU kernels are what a sparse CUDA tensor gets (in torch 2.13: sum,
+// mv, isinf, abs, nan_to_num, deg2rad, rad2deg and their variants, zeros.out; the structure
+// and view ops among them, such as permute, unsqueeze and empty_like, are registered above).
 // Registers every aten op with a HostKey kernel and a CompositeExplicitAutograd(NonFunctional)
 // one, and no kernel of its own on FlKey yet, to the fallback on FlKey. (The NonFunctional
 // alias covers SparseCsr backends: on SparseCsrfl, add took the structured kernel's

@@ -294,3 +294,53 @@ def test_a_sparse_fallback_warns_even_after_the_dense_op_of_the_same_name_did():
     sparse = [m for m in messages if "on a sparse fl tensor" in m]
     assert len(sparse) == 1, messages
     assert len(dense) <= 1
+
+
+def test_lists_of_sparse_tensors_stay_on_their_device_and_mixed_devices_are_refused():
+    s1 = torch.eye(3).to_sparse().to("fl:1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert torch.cat([s1, s1]).device == torch.hstack([s1, s1]).device == torch.device("fl:1")
+        torch.testing.assert_close(torch.cat([s1, s1]).to_dense().cpu(), torch.cat([torch.eye(3)] * 2))
+        with pytest.raises(RuntimeError, match=r"same device.*fl:1 and fl:0"):
+            torch.cat([s1, torch.eye(3).to_sparse().to("fl:0")])
+        with pytest.raises(RuntimeError, match=r"same device.*fl:1 and cpu"):
+            s1 @ torch.ones(3, 2)
+        assert (s1 * torch.tensor(2.0)).device == torch.device("fl:1")  # a CPU scalar, as with CUDA
+
+
+@pytest.mark.parametrize("device", ["cpu", "fl:1"])
+def test_views_of_sparse_tensors_share_their_buffers_as_on_the_cpu(device):
+    """permute (COO) and select (CSR) are views: writes through them reach the input. Through
+    the CPU fallback they were copies, and an in-place op swapped a COO tensor's buffers, so a
+    handle taken before it (s._values()) kept the old values."""
+    dense = _DENSE[:3, :3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        coo = dense.to_sparse().to(device)
+        coo.permute(1, 0)._values().fill_(1.0)
+        assert coo.to_dense().sum().item() == 5.0
+        csr = dense.to_sparse_csr().to(device)
+        csr.select(0, 1).values().fill_(9.0)
+        assert csr.to_dense().cpu()[1].tolist() == [0.0, 0.0, 9.0]
+        s = dense.to_sparse().to(device).coalesce()
+        values = s._values()
+        s.neg_()
+        assert values.cpu().tolist() == [-1.0, -2.0, -3.0, -4.0, -5.0]
+        assert not s.is_pinned()
+
+
+def test_pinning_a_sparse_fl_tensor_is_refused_as_for_a_gpu_tensor():
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        _coo("fl:0").pin_memory()
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        _DENSE.to_sparse_csr().to("fl:0").pin_memory()
+
+
+def test_a_csr_out_argument_takes_a_result_with_more_elements():
+    a, b = _DENSE.to_sparse_csr().to("fl:0"), torch.eye(4).to_sparse_csr().to("fl:0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = torch.add(a, b, out=a)
+    assert result is a and a._nnz() == 8
+    torch.testing.assert_close(a.to_dense().cpu(), _DENSE + torch.eye(4))

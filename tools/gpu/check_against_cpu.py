@@ -127,6 +127,31 @@ if err >= 1e-5:
     failures.append("CSR graph layer")
 
 
+def sparse_structure(device):
+    """smm (its result is also sspaddmm's input), cat, a COO permute and a CSR select written
+    through (views), an in-place neg_ seen through a handle to the values, CSR add out=."""
+    dense = torch.tensor([[1.0, 0.0, 2.0], [0.0, 0.0, 3.0], [4.0, 5.0, 0.0]])
+    coo = dense.to_sparse().to(device)
+    results = [torch.smm(coo, torch.eye(3).to(device)).to_dense(), torch.cat([coo, coo]).to_dense()]
+    view = dense.to_sparse().to(device)
+    view.permute(1, 0)._values().fill_(1.0)
+    csr = dense.to_sparse_csr().to(device)
+    csr.select(0, 1).values().fill_(9.0)
+    handle = dense.to_sparse().to(device).coalesce()
+    values = handle._values()
+    handle.neg_()
+    out = dense.to_sparse_csr().to(device)
+    torch.add(out, torch.eye(3).to_sparse_csr().to(device), out=out)
+    results += [view.to_dense(), csr.to_dense(), values, out.to_dense()]
+    return torch.cat([r.cpu().flatten() for r in results])
+
+
+err = (sparse_structure("cpu") - sparse_structure(DEV)).abs().max().item()
+print(f"{'ok  ' if err == 0 else 'FAIL'} {'sparse smm, cat, views, in-place, CSR out=':44} max|err| {err:.3e}")
+if err != 0:
+    failures.append("sparse structure")
+
+
 def adamw_step(device):
     torch.manual_seed(0)
     m = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.LayerNorm(64), nn.Linear(64, 10)).to(device)

@@ -60,10 +60,32 @@ at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::Sym
   return at::cpu::as_strided_symint(self, size, stride, std::move(storage_offset));
 }
 
+// at::native::resize_ is the CPU one: when the storage must grow, it copies the old bytes
+// with a host memcpy, which on a device the host cannot read (the CUDA plugin) read device
+// pointers and crashed (resizing a non-empty tensor: an out= argument of another size, a CSR
+// tensor's write-back). So the storage is grown here first, its bytes copied with the
+// plugin's device-to-device memcpy on the current stream, as CUDA's resize does
+// (resize_bytes_cuda); at::native::resize_ then finds it large enough.
+void grow_storage_for(const at::Tensor& self, at::IntArrayRef sizes) {
+  const int64_t numel = c10::multiply_integers(sizes);
+  if (numel == 0 || !self.has_storage()) return;
+  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  const size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.dtype().itemsize();
+  if (needed <= storage->nbytes()) return;
+  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  at::DataPtr grown = storage->allocator()->allocate(needed);
+  const size_t kept = storage->nbytes();
+  if (kept > 0 && storage->data() != nullptr) copy_device_bytes(self.device().index(), grown.get(), storage->data(), kept);
+  storage->set_data_ptr_noswap(std::move(grown));
+  storage->set_nbytes(needed);
+}
+
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(self.device());
-  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+  const auto sizes = C10_AS_INTARRAYREF_SLOW(size);
+  grow_storage_for(self, sizes);
+  return at::native::resize_(self, sizes, memory_format);
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
@@ -118,6 +140,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  const c10::DeviceGuard guard(dst.device());
+  grow_storage_for(dst, self.sizes());
   at::native::resize_(dst, self.sizes(), std::nullopt);
   copy_values(dst, self, false);
   return dst;

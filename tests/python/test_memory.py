@@ -141,3 +141,20 @@ def test_training_continues_after_oom_and_empty_cache():
 def test_bad_fraction_is_value_error():
     with pytest.raises(ValueError, match="memory_fraction"):
         torch.fl.set_per_process_memory_fraction(1.5, DEV)
+
+
+def test_growing_a_tensor_keeps_its_values_and_its_view_offset():
+    """resize_ past the storage grows it with the plugin's device-to-device copy (ATen's CPU
+    resize copied the old bytes with a host memcpy: on the CUDA plugin, a crash); an out=
+    argument of another size takes the result."""
+    x = torch.arange(4.0, device="fl:0")
+    x.resize_(8)
+    assert x.shape == (8,) and x[:4].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    tail = torch.arange(12.0, device="fl:0")[10:12]
+    tail.resize_(6)
+    assert tail.storage_offset() == 10 and tail[:2].cpu().tolist() == [10.0, 11.0]
+    assert tail.untyped_storage().nbytes() >= 16 * 4
+    out = torch.zeros(2, device="fl:0")
+    with pytest.warns(UserWarning, match="resized"):
+        torch.add(torch.ones(5, device="fl:0"), torch.ones(5, device="fl:0"), out=out)
+    assert out.cpu().tolist() == [2.0] * 5

@@ -127,6 +127,23 @@ if err >= 1e-5:
     failures.append("CSR graph layer")
 
 
+def grown(device):
+    """resize_ past the storage (the old bytes kept) and an out= argument of another size."""
+    x = torch.arange(4.0).to(device)
+    x.resize_(1 << 20)
+    tail = torch.arange(12.0).to(device)[10:12]
+    tail.resize_(6)
+    out = torch.zeros(2).to(device)
+    torch.add(torch.ones(5).to(device), torch.ones(5).to(device), out=out)
+    return torch.cat([x[:4].cpu(), tail[:2].cpu(), out.cpu()])
+
+
+err = (grown("cpu") - grown(DEV)).abs().max().item()
+print(f"{'ok  ' if err == 0 else 'FAIL'} {'resize_ past the storage, out= resized':44} max|err| {err:.3e}")
+if err != 0:
+    failures.append("resize")
+
+
 def sparse_structure(device):
     """smm (its result is also sspaddmm's input), cat, a COO permute and a CSR select written
     through (views), an in-place neg_ seen through a handle to the values, CSR add out=."""

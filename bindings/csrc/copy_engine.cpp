@@ -121,10 +121,6 @@ bool is_host_accessible(const at::Tensor& t) {
   return runtime().device(t.device().index()).props.host_accessible != 0;
 }
 
-void copy_device_bytes(c10::DeviceIndex device, void* dst, const void* src, size_t bytes) {
-  memcpy_on(device_ref(device), dst, src, bytes, FL_MEMCPY_DEVICE_TO_DEVICE);
-}
-
 void sync_current_stream(c10::DeviceIndex device) {
   auto& reg = runtime().streams(device);
   reg.synchronize(reg.current());

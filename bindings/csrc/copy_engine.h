@@ -22,10 +22,6 @@ at::Tensor host_alias(const at::Tensor& fl_tensor);
 // True when the fl tensor's device memory can be read by the host directly.
 bool is_host_accessible(const at::Tensor& fl_tensor);
 
-// Queues a copy of `bytes` bytes between two blocks of device `device`'s memory on its current
-// stream (the plugin's device-to-device memcpy).
-void copy_device_bytes(c10::DeviceIndex device, void* dst, const void* src, size_t bytes);
-
 // Waits for the work enqueued so far on the current stream of the tensor's device.
 void sync_current_stream(c10::DeviceIndex device);
 

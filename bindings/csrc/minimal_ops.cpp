@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_cpu_dispatch.h>
@@ -63,21 +64,16 @@ at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::Sym
 // at::native::resize_ is the CPU one: when the storage must grow, it copies the old bytes
 // with a host memcpy, which on a device the host cannot read (the CUDA plugin) read device
 // pointers and crashed (resizing a non-empty tensor: an out= argument of another size, a CSR
-// tensor's write-back). So the storage is grown here first, its bytes copied with the
-// plugin's device-to-device memcpy on the current stream, as CUDA's resize does
-// (resize_bytes_cuda); at::native::resize_ then finds it large enough.
+// tensor's write-back). So the storage is grown here first by the PrivateUse1 hook that
+// storage.resize_() uses (hooks.cpp: a new block, the old bytes copied with the plugin's
+// device-to-device memcpy on the current stream, as CUDA's resize_bytes_cuda does);
+// at::native::resize_ then finds it large enough.
 void grow_storage_for(const at::Tensor& self, at::IntArrayRef sizes) {
   const int64_t numel = c10::multiply_integers(sizes);
   if (numel == 0 || !self.has_storage()) return;
-  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
   const size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.dtype().itemsize();
-  if (needed <= storage->nbytes()) return;
-  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
-  at::DataPtr grown = storage->allocator()->allocate(needed);
-  const size_t kept = storage->nbytes();
-  if (kept > 0 && storage->data() != nullptr) copy_device_bytes(self.device().index(), grown.get(), storage->data(), kept);
-  storage->set_data_ptr_noswap(std::move(grown));
-  storage->set_nbytes(needed);
+  if (needed <= self.storage().nbytes()) return;
+  at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), needed);
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,

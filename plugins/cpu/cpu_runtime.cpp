@@ -85,7 +85,8 @@ void Runtime::init(const char* options) {
   uint64_t seed = seed_text.empty() ? 0 : static_cast<uint64_t>(parse_integer(seed_text, "seed"));
   // host_accessible=0 (or FL_CPU_HOST_ACCESSIBLE=0) makes the devices report memory the host
   // may not dereference, as a GPU's: the core then takes the staging paths a GPU plugin takes,
-  // so CI exercises them without a GPU. The memory itself is still host memory.
+  // so CI exercises them without a GPU. The memory itself is still host memory, handed out at
+  // addresses the host cannot dereference (device_address.hpp).
   std::string access = option_value(opts, "host_accessible");
   if (access.empty()) {
     const char* env = std::getenv("FL_CPU_HOST_ACCESSIBLE");

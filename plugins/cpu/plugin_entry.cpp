@@ -1,6 +1,7 @@
 // plugin_entry.cpp — the fl_device_ops table of the CPU plugin ("cpu"): logical devices over
 // host memory, streams run by worker threads, events as stream markers, and the kernel table.
 #include "cpu_runtime.hpp"
+#include "device_address.hpp"
 #include "kernels/kernel_table.hpp"
 
 #include <fl_abi.h>
@@ -121,12 +122,13 @@ fl_status_t mem_malloc(int32_t device, size_t size, void** ptr) {
   return guard([&] {
     require(ptr != nullptr, "cpu plugin: NULL ptr");
     *ptr = nullptr;
-    *ptr = Runtime::get().allocate(device, size);
+    Runtime& runtime = Runtime::get();
+    *ptr = device_address(runtime.allocate(device, size), !runtime.host_accessible());
   });
 }
 
 fl_status_t mem_free(int32_t device, void* ptr) {
-  return guard([&] { Runtime::get().release(device, ptr); });
+  return guard([&] { Runtime::get().release(device, host_address(ptr)); });
 }
 
 fl_status_t host_malloc(size_t size, void** ptr) {
@@ -146,7 +148,8 @@ fl_status_t memset_async(int32_t device, void* ptr, int32_t value, size_t size, 
     StreamQueue& queue = Runtime::get().stream(device, stream);
     if (size == 0) return;
     require(ptr != nullptr, "cpu plugin: memset of a NULL pointer");
-    queue.enqueue([ptr, value, size] { std::memset(ptr, value, size); });
+    void* block = host_address(ptr);
+    queue.enqueue([block, value, size] { std::memset(block, value, size); });
   });
 }
 
@@ -159,12 +162,15 @@ fl_status_t memcpy_async(int32_t device, void* dst, const void* src, size_t size
     StreamQueue& queue = runtime.stream(device, stream);
     if (size == 0) return;
     require(dst != nullptr && src != nullptr, "cpu plugin: memcpy with a NULL pointer");
-    plugin::ParallelCopy* copier = &runtime.copier();
-    uint64_t ticket = queue.enqueue([copier, dst, src, size] { copier->copy(dst, src, size); });
-    // Host memory not from fl_host_malloc may be reused as soon as we return: wait for the
-    // stream to reach the copy (still ordered after earlier work on the stream).
     bool host_src = kind == FL_MEMCPY_HOST_TO_DEVICE || kind == FL_MEMCPY_HOST_TO_HOST;
     bool host_dst = kind == FL_MEMCPY_DEVICE_TO_HOST || kind == FL_MEMCPY_HOST_TO_HOST;
+    // Device sides carry the fence bit when the devices are not host-accessible.
+    void* to = host_dst ? dst : host_address(dst);
+    const void* from = host_src ? src : host_address(src);
+    plugin::ParallelCopy* copier = &runtime.copier();
+    uint64_t ticket = queue.enqueue([copier, to, from, size] { copier->copy(to, from, size); });
+    // Host memory not from fl_host_malloc may be reused as soon as we return: wait for the
+    // stream to reach the copy (still ordered after earlier work on the stream).
     bool pageable = (host_src && !runtime.is_pinned(src, size)) ||
                     (host_dst && !runtime.is_pinned(dst, size));
     if (pageable) queue.wait_for(ticket);

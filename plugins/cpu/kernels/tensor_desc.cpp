@@ -1,6 +1,7 @@
 #include "tensor_desc.hpp"
 
 #include "../cpu_runtime.hpp"
+#include "../device_address.hpp"
 
 namespace fl::cpu::kernels {
 
@@ -11,7 +12,9 @@ TensorDesc describe(const fl_tensor& t, const char* op) {
   TensorDesc d;
   d.dtype = t.dtype;
   d.ndim = t.ndim;
-  d.data = t.data ? static_cast<char*>(t.data) + t.byte_offset : nullptr;
+  // A device tensor's address may carry the fence bit (device_address.hpp); a host scalar's
+  // is a plain host address.
+  d.data = t.data ? static_cast<char*>(host_address(t.data)) + t.byte_offset : nullptr;
   for (int i = 0; i < t.ndim; ++i) {
     d.shape[i] = t.shape[i];
     d.strides[i] = t.strides ? t.strides[i] : 0;

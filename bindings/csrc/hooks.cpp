@@ -8,6 +8,7 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <algorithm>
 
@@ -55,6 +56,10 @@ class FlHooks final : public at::PrivateUse1HooksInterface {
     const size_t keep = std::min(storage.nbytes(), newsize);
     if (keep > 0 && storage.data() != nullptr) {
       device_allocator().copy_data(fresh.get(), storage.data(), keep);
+      // The copy is queued on the current stream; the old block returns to the pool of the
+      // stream that allocated it, which must not reuse it before the copy has read it.
+      const c10::Stream current = c10::impl::VirtualGuardImpl(c10::DeviceType::PrivateUse1).getStream(device);
+      device_allocator().recordStream(storage.data_ptr(), current);
     }
     storage.unsafeGetStorageImpl()->set_data_ptr_noswap(std::move(fresh));
     storage.unsafeGetStorageImpl()->set_nbytes(newsize);

@@ -12,6 +12,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/as_strided_cpu_dispatch.h>
 #include <ATen/ops/unfold_native.h>
@@ -67,21 +68,29 @@ at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::Sym
 // tensor's write-back). So the storage is grown here first by the PrivateUse1 hook that
 // storage.resize_() uses (hooks.cpp: a new block, the old bytes copied with the plugin's
 // device-to-device memcpy on the current stream, as CUDA's resize_bytes_cuda does);
-// at::native::resize_ then finds it large enough.
-void grow_storage_for(const at::Tensor& self, at::IntArrayRef sizes) {
-  const int64_t numel = c10::multiply_integers(sizes);
-  if (numel == 0 || !self.has_storage()) return;
-  const size_t needed = static_cast<size_t>(self.storage_offset() + numel) * self.dtype().itemsize();
-  if (needed <= self.storage().nbytes()) return;
-  at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), needed);
+// at::native::resize_ then finds it large enough. Returns the storage's size before (for the
+// deterministic fill, which at::native::resize_ no longer sees a reason for).
+size_t grow_storage_for(const at::Tensor& self, at::IntArrayRef sizes) {
+  if (!self.has_storage()) return 0;
+  const size_t before = self.storage().nbytes();
+  if (c10::multiply_integers(sizes) == 0) return before;
+  const size_t needed = at::detail::computeStorageNbytesContiguous(sizes, self.dtype().itemsize(),
+                                                                   static_cast<size_t>(self.storage_offset()));
+  if (needed > before) at::detail::getPrivateUse1Hooks().resizePrivateUse1Bytes(self.storage(), needed);
+  return before;
 }
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
                           std::optional<at::MemoryFormat> memory_format) {
   const c10::DeviceGuard guard(self.device());
   const auto sizes = C10_AS_INTARRAYREF_SLOW(size);
-  grow_storage_for(self, sizes);
-  return at::native::resize_(self, sizes, memory_format);
+  // The same sizes (and no memory format asked for) change nothing, as in ATen's resize.
+  if (self.sizes() == sizes && !memory_format.has_value()) return self;
+  const size_t before = grow_storage_for(self, sizes);
+  at::native::resize_(self, sizes, memory_format);
+  if (at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory())
+    at::native::fill_resize_deterministic_(self, static_cast<int64_t>(before));
+  return self;
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
@@ -136,9 +145,12 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  const c10::DeviceGuard guard(dst.device());
-  grow_storage_for(dst, self.sizes());
-  at::native::resize_(dst, self.sizes(), std::nullopt);
+  if (dst.is_privateuseone()) {
+    const c10::DeviceGuard guard(dst.device());
+    resize_(dst, c10::fromIntArrayRefSlow(self.sizes()), std::nullopt);
+  } else {
+    at::native::resize_(dst, self.sizes(), std::nullopt);
+  }
   copy_values(dst, self, false);
   return dst;
 }

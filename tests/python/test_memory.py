@@ -158,3 +158,36 @@ def test_growing_a_tensor_keeps_its_values_and_its_view_offset():
     with pytest.warns(UserWarning, match="resized"):
         torch.add(torch.ones(5, device="fl:0"), torch.ones(5, device="fl:0"), out=out)
     assert out.cpu().tolist() == [2.0] * 5
+
+
+def test_growing_a_tensor_on_a_side_stream_keeps_its_values_while_other_streams_allocate():
+    """The grow's copy is queued on the current stream; the old block, freed to the pool of the
+    stream that allocated it, was reused there before the copy had read it (2 of 5 trials
+    corrupted before it was recorded on the copying stream)."""
+    n = 1 << 20
+    for _ in range(5):
+        x = torch.ones(n, device="fl:0") * 5
+        torch.fl.synchronize()
+        side = torch.fl.Stream("fl:0")
+        with torch.fl.stream(side):
+            a = torch.randn(600, 600, device="fl:0")
+            for _ in range(6):
+                a = a @ a / 25  # keeps the side stream busy
+            x.resize_(2 * n)
+        torch.full((n,), -1.0, device="fl:0")  # the default stream allocates meanwhile
+        torch.fl.synchronize()
+        assert torch.unique(x[:n].cpu()).tolist() == [5.0]
+
+
+def test_resize_fills_grown_memory_under_deterministic_algorithms_and_same_sizes_change_nothing():
+    torch.use_deterministic_algorithms(True)
+    try:
+        x = torch.arange(4.0, device="fl:0")
+        x.resize_(8)
+        assert torch.isnan(x[4:].cpu()).all() and x[:4].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        torch.use_deterministic_algorithms(False)
+    same = torch.arange(4.0, device="fl:0")
+    same.untyped_storage().resize_(0)
+    same.resize_(4)  # as on the CPU: the sizes are unchanged, so the storage is left alone
+    assert same.untyped_storage().nbytes() == 0

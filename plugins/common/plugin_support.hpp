@@ -169,9 +169,17 @@ inline T* data_ptr(const fl_tensor& t) {
   return reinterpret_cast<T*>(static_cast<char*>(t.data) + t.byte_offset);
 }
 
-// Reads element 0 of a tensor in host memory as double (for 0-dim host scalars, or any
-// host-accessible tensor).
+// Refuses a tensor in device memory where a host value is read at call time: the host may
+// not be able to dereference it (a GPU's memory; the CPU plugin's with host_accessible=0), and
+// a value read now would not see work still queued on the stream.
+inline void require_host_tensor(const fl_tensor& t, const char* what) {
+  if (t.device != FL_DEVICE_HOST)
+    raise(FL_ERR_NOT_SUPPORTED, std::string(what) + ": a device tensor where a host scalar is expected");
+}
+
+// Reads element 0 of a 0-dim host tensor (FL_DEVICE_HOST) as double.
 inline double read_host_scalar(const fl_tensor& t) {
+  require_host_tensor(t, "read_host_scalar");
   const void* p = data_ptr<const void>(t);
   switch (t.dtype) {
     case FL_DTYPE_FLOAT32: return *static_cast<const float*>(p);

@@ -380,3 +380,22 @@ TEST_CASE("pointwise: activation backward ops") {
     }
   }
 }
+
+TEST_CASE("pointwise: a device tensor in a Scalar slot is refused, not read on the host") {
+  // alpha of add.out is a Scalar: a host value (FL_DEVICE_HOST) or a number. A one-element
+  // device tensor there would be read on the host at call time (a GPU's memory, and before
+  // queued work on it ran); the kernel says so instead.
+  Tensor a = Tensor::from<float>(FL_DTYPE_FLOAT32, {3}, std::vector<float>{1, 2, 3});
+  Tensor alpha = Tensor::from<float>(FL_DTYPE_FLOAT32, {}, std::vector<float>{2});
+  Tensor alpha_int = Tensor::from<int64_t>(FL_DTYPE_INT64, {}, std::vector<int64_t>{2});
+  Tensor out(FL_DTYPE_FLOAT32, {3});
+  CHECK(call_kernel("aten::add.out", Inputs().tensor(a).tensor(a).tensor(alpha), outs({&out})) ==
+        FL_ERR_NOT_SUPPORTED);
+  CHECK(std::string(cpu_ops().last_error()).find("a device tensor where a host scalar is expected") !=
+        std::string::npos);
+  CHECK(call_kernel("aten::add.out", Inputs().tensor(a).tensor(a).tensor(alpha_int), outs({&out})) ==
+        FL_ERR_NOT_SUPPORTED);
+  HostScalar two(2.0);
+  run_kernel("aten::add.out", Inputs().tensor(a).tensor(a).host(two), outs({&out}));
+  check_close(out.values<float>(), {3, 6, 9});
+}

@@ -15,7 +15,10 @@ Param param_arg(const plugin::Args& args, int32_t index) {
       const fl_tensor& t = *v.u.tensor;
       if (t.dtype == FL_DTYPE_INT64 || t.dtype == FL_DTYPE_INT32 || t.dtype == FL_DTYPE_BOOL ||
           t.dtype == FL_DTYPE_INT16 || t.dtype == FL_DTYPE_INT8 || t.dtype == FL_DTYPE_UINT8) {
-        if (t.dtype == FL_DTYPE_INT64) return param_int(*plugin::data_ptr<const int64_t>(t));
+        if (t.dtype == FL_DTYPE_INT64) {
+          plugin::require_host_tensor(t, "scalar parameter");
+          return param_int(*plugin::data_ptr<const int64_t>(t));
+        }
         return param_int(static_cast<int64_t>(plugin::read_host_scalar(t)));
       }
       return param_of(plugin::read_host_scalar(t));

@@ -32,6 +32,15 @@ namespace {
 
 constexpr c10::DispatchKeySet kFlKeys(c10::DispatchKey::PrivateUse1);
 
+// Under torch.use_deterministic_algorithms(True) (and fill_uninitialized_memory, its
+// default), new memory holds NaN (integers: their largest value), as empty() gives on CPU
+// and CUDA, so a read of it is reproducible.
+at::Tensor filled_if_deterministic(at::Tensor t) {
+  if (at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory())
+    at::native::fill_empty_deterministic_(t);
+  return t;
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory,
@@ -41,8 +50,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
               "fl tensors support the strided layout only");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pin_memory applies to CPU tensors only");
   const c10::DeviceGuard guard(d);
-  return at::detail::empty_generic(size, &device_allocator(), kFlKeys,
-                                   c10::dtype_or_default(dtype), memory_format);
+  return filled_if_deterministic(at::detail::empty_generic(size, &device_allocator(), kFlKeys,
+                                                           c10::dtype_or_default(dtype), memory_format));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -53,8 +62,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
               "fl tensors support the strided layout only");
   TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "pin_memory applies to CPU tensors only");
   const c10::DeviceGuard guard(d);
-  return at::detail::empty_strided_generic(size, stride, &device_allocator(), kFlKeys,
-                                           c10::dtype_or_default(dtype));
+  return filled_if_deterministic(at::detail::empty_strided_generic(size, stride, &device_allocator(), kFlKeys,
+                                                                   c10::dtype_or_default(dtype)));
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,

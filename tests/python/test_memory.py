@@ -185,6 +185,10 @@ def test_resize_fills_grown_memory_under_deterministic_algorithms_and_same_sizes
         x = torch.arange(4.0, device="fl:0")
         x.resize_(8)
         assert torch.isnan(x[4:].cpu()).all() and x[:4].cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+        # empty() as on CPU and CUDA: NaN, or an integer type's largest value
+        assert torch.isnan(torch.empty(3, device="fl:0").cpu()).all()
+        assert torch.isnan(torch.empty_strided((2, 2), (1, 2), device="fl:0").cpu()).all()
+        assert torch.empty(2, dtype=torch.int64, device="fl:0").cpu().tolist() == [2**63 - 1] * 2
     finally:
         torch.use_deterministic_algorithms(False)
     same = torch.arange(4.0, device="fl:0")

@@ -50,12 +50,9 @@ class HostArguments {
       e.host = at::empty(t.sizes(), t.options().device(at::kCPU));
       if (t.numel() > 0) e.host.copy_(t);  // out= may be read (e.g. accumulate) — keep its values
       e.written_back = true;
-    } else if (is_out) {
-      e.host = t.to(at::kCPU);
-      e.written_back = true;
     } else {
       e.host = t.to(at::kCPU);
-      e.written_back = written;
+      e.written_back = written || is_out;
     }
     if (e.written_back) write_backs_.push_back({t, e.host});
     seen_.emplace(key, e);

@@ -35,9 +35,12 @@ constexpr c10::DispatchKeySet kFlKeys(c10::DispatchKey::PrivateUse1);
 // Under torch.use_deterministic_algorithms(True) (and fill_uninitialized_memory, its
 // default), new memory holds NaN (integers: their largest value), as empty() gives on CPU
 // and CUDA, so a read of it is reproducible.
+bool fills_new_memory() {
+  return at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory();
+}
+
 at::Tensor filled_if_deterministic(at::Tensor t) {
-  if (at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory())
-    at::native::fill_empty_deterministic_(t);
+  if (fills_new_memory()) at::native::fill_empty_deterministic_(t);
   return t;
 }
 
@@ -97,8 +100,7 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
   if (self.sizes() == sizes && !memory_format.has_value()) return self;
   const size_t before = grow_storage_for(self, sizes);
   at::native::resize_(self, sizes, memory_format);
-  if (at::globalContext().deterministicAlgorithms() && at::globalContext().deterministicFillUninitializedMemory())
-    at::native::fill_resize_deterministic_(self, static_cast<int64_t>(before));
+  if (fills_new_memory()) at::native::fill_resize_deterministic_(self, static_cast<int64_t>(before));
   return self;
 }
 
@@ -155,8 +157,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   if (dst.is_privateuseone()) {
-    const c10::DeviceGuard guard(dst.device());
-    resize_(dst, c10::fromIntArrayRefSlow(self.sizes()), std::nullopt);
+    resize_(dst, c10::fromIntArrayRefSlow(self.sizes()), std::nullopt);  // (it guards dst's device)
   } else {
     at::native::resize_(dst, self.sizes(), std::nullopt);
   }

@@ -159,23 +159,28 @@ at::Tensor with_dims_and_tensors(int64_t sparse_dim, int64_t dense_dim, c10::Sym
                                                             layout, device, pin_memory, is_coalesced);
 }
 
+// empty, empty_like and clone of either layout (Empty, EmptyLike, Clone: ATen's COO or
+// compressed function), under the guard of the device they make the tensor on.
+template <auto Empty>
 at::Tensor empty_on_its_device(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
   const c10::OptionalDeviceGuard guard(device);
-  return at::native::empty_sparse(size, dtype, layout, device, pin_memory, memory_format);
+  return Empty(size, dtype, layout, device, pin_memory, memory_format);
 }
 
+template <auto EmptyLike>
 at::Tensor empty_like_on_its_device(const at::Tensor& self, std::optional<at::ScalarType> dtype,
                                     std::optional<at::Layout> layout, std::optional<at::Device> device,
                                     std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
   const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional<at::Device>(self.device()));
-  return at::native::empty_like_sparse_coo(self, dtype, layout, device, pin_memory, memory_format);
+  return EmptyLike(self, dtype, layout, device, pin_memory, memory_format);
 }
 
+template <auto Clone>
 at::Tensor clone_on_its_device(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
   const c10::OptionalDeviceGuard guard(self.device());
-  return at::native::clone_sparse(self, memory_format);
+  return Clone(self, memory_format);
 }
 
 // The CPU fallback's write-back of a sparse fl tensor that the op changed in place (a sparse
@@ -215,8 +220,8 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("_sparse_coo_tensor_with_dims_and_tensors", with_dims_and_tensors);
   // An empty COO tensor (torch.empty(..., layout=torch.sparse_coo), smm's result) and its
   // resizes: structure only, the buffers made or resized with dense ops.
-  m.impl("empty.memory_format", empty_on_its_device);
-  m.impl("empty_like", empty_like_on_its_device);
+  m.impl("empty.memory_format", empty_on_its_device<at::native::empty_sparse>);
+  m.impl("empty_like", empty_like_on_its_device<at::native::empty_like_sparse_coo>);
   m.impl("zero_", at::native::zero_sparse_);
   m.impl("sparse_resize_", at::native::sparse_resize_);
   m.impl("sparse_resize_and_clear_", at::native::sparse_resize_and_clear_);
@@ -245,7 +250,7 @@ TORCH_LIBRARY_IMPL(aten, SparsePrivateUse1, m) {
   m.impl("is_pinned", at::native::is_pinned_sparse_coo);
   m.impl("_pin_memory", at::native::_pin_memory_sparse_coo);
   // Moving the buffers with dense copies.
-  m.impl("clone", clone_on_its_device);
+  m.impl("clone", clone_on_its_device<at::native::clone_sparse>);
   m.impl("copy_", at::native::copy_sparse_wrapper_);
   m.impl("copy_sparse_to_sparse_", at::native::copy_sparse_);
   m.impl("_copy_from_and_resize", copy_from_and_resize_sparse);
@@ -259,26 +264,6 @@ namespace {
 // is _to_copy's composite; what reads or copies its structure is ATen's shared code, registered
 // here as for COO above (before, ops on a CSR tensor on fl failed: "crow_indices expected
 // sparse row compressed tensor layout but got SparseCsr", and t.cpu() with them).
-at::Tensor empty_compressed_on_its_device(at::IntArrayRef size, std::optional<at::ScalarType> dtype,
-                                          std::optional<at::Layout> layout, std::optional<at::Device> device,
-                                          std::optional<bool> pin_memory,
-                                          std::optional<at::MemoryFormat> memory_format) {
-  const c10::OptionalDeviceGuard guard(device);
-  return at::native::empty_sparse_compressed(size, dtype, layout, device, pin_memory, memory_format);
-}
-
-at::Tensor empty_like_compressed_on_its_device(const at::Tensor& self, std::optional<at::ScalarType> dtype,
-                                               std::optional<at::Layout> layout, std::optional<at::Device> device,
-                                               std::optional<bool> pin_memory,
-                                               std::optional<at::MemoryFormat> memory_format) {
-  const c10::OptionalDeviceGuard guard(device.has_value() ? device : std::optional<at::Device>(self.device()));
-  return at::native::empty_like_sparse_csr(self, dtype, layout, device, pin_memory, memory_format);
-}
-
-at::Tensor clone_compressed_on_its_device(const at::Tensor& self, std::optional<at::MemoryFormat> memory_format) {
-  const c10::OptionalDeviceGuard guard(self.device());
-  return at::native::clone_sparse_compressed(self, memory_format);
-}
 
 // The CPU fallback's write-back of a compressed tensor an op wrote: copy_ between compressed
 // tensors needs the same number of elements, so `dst` first takes the shapes of `self`'s.
@@ -293,8 +278,8 @@ at::Tensor copy_from_and_resize_compressed(const at::Tensor& self, const at::Ten
 }  // namespace
 
 TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
-  m.impl("empty.memory_format", empty_compressed_on_its_device);
-  m.impl("empty_like", empty_like_compressed_on_its_device);
+  m.impl("empty.memory_format", empty_on_its_device<at::native::empty_sparse_compressed>);
+  m.impl("empty_like", empty_like_on_its_device<at::native::empty_like_sparse_csr>);
   m.impl("resize_as_sparse_", at::native::resize_as_sparse_compressed_);
   m.impl("sparse_dim", at::native::sparse_dim_sparse_csr);
   m.impl("dense_dim", at::native::dense_dim_sparse_csr);
@@ -307,7 +292,7 @@ TORCH_LIBRARY_IMPL(aten, SparseCsrPrivateUse1, m) {
   m.impl("select.int", at::native::select_sparse_csr);  // a view, as on the CPU
   m.impl("is_pinned", at::native::is_pinned_sparse_compressed);
   m.impl("_pin_memory", at::native::_pin_memory_sparse_compressed);
-  m.impl("clone", clone_compressed_on_its_device);
+  m.impl("clone", clone_on_its_device<at::native::clone_sparse_compressed>);
   m.impl("copy_", at::native::copy_sparse_compressed_);
   m.impl("_copy_from_and_resize", copy_from_and_resize_compressed);
 }

@@ -850,13 +850,19 @@ def test_checkpoint_resume_equals_uninterrupted_run():
     resumed.close()
 
 
-def test_balancer_state_is_checkpointed():
+def _state_after_two_steps(devices: list[str]) -> dict:
+    """The state_dict of a HeteroDataParallel on `devices` after two training steps."""
     xs, ys = _data(torch.float32, steps=2, batch=32)
-    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, calibration_reps=1)
+    hdp = HeteroDataParallel(_model(torch.float32), devices, _optimizer, calibration_reps=1)
     for x, y in zip(xs, ys):
         hdp.train_step(x, y, F.cross_entropy)
     state = hdp.state_dict()
     hdp.close()
+    return state
+
+
+def test_balancer_state_is_checkpointed():
+    state = _state_after_two_steps(["fl:0", "fl:1"])
     # Two steps: both measured, or the first a warm-up of a new split (not measured).
     assert state["balancer"]["calibrated"] and state["balancer"]["observations"] in (1, 2)
     other = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer)
@@ -869,12 +875,7 @@ def test_balancer_state_is_checkpointed():
 def test_tail_window_reaches_the_balancer_and_a_rebuilt_one():
     """HeteroDataParallel(tail_window=0) turns the tail-aware split off; a checkpoint from other
     devices, which makes a fresh balancer, and one from the same devices both keep it off."""
-    xs, ys = _data(torch.float32, steps=2, batch=32)
-    source = HeteroDataParallel(_model(torch.float32), ["fl:1", "fl:0"], _optimizer, calibration_reps=1)
-    for x, y in zip(xs, ys):
-        source.train_step(x, y, F.cross_entropy)
-    state = source.state_dict()
-    source.close()
+    state = _state_after_two_steps(["fl:1", "fl:0"])
     for devices in (["fl:0", "fl:1"], ["fl:1", "fl:0"]):
         hdp = HeteroDataParallel(_model(torch.float32), devices, _optimizer, tail_window=0)
         assert hdp.balancer.tail_window == 0

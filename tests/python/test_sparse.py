@@ -104,18 +104,19 @@ def test_a_coo_tensor_moves_between_fl_devices_and_is_built_on_the_one_asked_for
     assert empty._values().device == torch.device("fl:1") and empty._nnz() == 0
 
 
-def test_strict_mode_refuses_sparse_value_ops_and_keeps_structure():
+def _under_strict(build: str, structure: str, value_op: str):
+    """Runs, with FL_FALLBACK_STRICT=1, `build` (which makes `s`), prints "NNZ" with `s._nnz()`
+    and `structure` (structure ops: no fallback), then `value_op`, printing its
+    NotImplementedError after "NIE:"."""
     from conftest import run_python
-    code = (
-        "import torch, torch_fl\n"
-        "s = torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2), device='fl:0')\n"
-        "print('NNZ', s._nnz(), s.cpu().to_dense().tolist())\n"  # structure and moves: no fallback
-        "try:\n"
-        "    s.coalesce()\n"
-        "except NotImplementedError as e:\n"
-        "    print('NIE:', e)\n"
-    )
-    r = run_python(code, env={"FL_FALLBACK_STRICT": "1"})
+    code = (f"import torch, torch_fl\ns = {build}\nprint('NNZ', s._nnz(), {structure})\n"
+            f"try:\n    {value_op}\nexcept NotImplementedError as e:\n    print('NIE:', e)\n")
+    return run_python(code, env={"FL_FALLBACK_STRICT": "1"})
+
+
+def test_strict_mode_refuses_sparse_value_ops_and_keeps_structure():
+    r = _under_strict("torch.sparse_coo_tensor(torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0]), (2, 2), "
+                      "device='fl:0')", "s.cpu().to_dense().tolist()", "s.coalesce()")
     assert r.returncode == 0, r.stderr
     assert "NNZ 2 [[0.0, 1.0], [2.0, 0.0]]" in r.stdout, r.stdout + r.stderr
     assert "NIE: torch_fl: aten::_coalesce on a sparse fl tensor (dtypes Float sparse) needs the CPU fallback, " \
@@ -231,17 +232,7 @@ def test_a_csr_adjacency_trains_a_graph_layer_as_on_the_cpu():
 
 
 def test_strict_mode_refuses_csr_value_ops_naming_the_layout():
-    from conftest import run_python
-    code = (
-        "import torch, torch_fl\n"
-        "s = torch.eye(2).to_sparse_csr().to('fl:0')\n"
-        "print('NNZ', s._nnz(), s.values().cpu().tolist())\n"
-        "try:\n"
-        "    s + s\n"
-        "except NotImplementedError as e:\n"
-        "    print('NIE:', e)\n"
-    )
-    r = run_python(code, env={"FL_FALLBACK_STRICT": "1"})
+    r = _under_strict("torch.eye(2).to_sparse_csr().to('fl:0')", "s.values().cpu().tolist()", "s + s")
     assert r.returncode == 0, r.stderr
     assert "NNZ 2 [1.0, 1.0]" in r.stdout, r.stdout + r.stderr
     assert "on a sparse compressed fl tensor (dtypes Float" in r.stdout, r.stdout + r.stderr

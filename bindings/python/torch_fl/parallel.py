@@ -472,10 +472,10 @@ class HeteroDataParallel:
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         chunk_rows: 0 (default) splits each batch before the step starts. A positive number
             makes the split of each step follow the devices as they compute (torch_fl.row_pool):
-            the master takes a first shard from the front of the batch; every other device
-            claims chunks of `chunk_rows` rows from the back, only while it expects to finish
-            them before the master would finish the rest, and measures its speed on every
-            chunk; once they have all stopped claiming, the master takes every row left. A device that
+            the master takes a first shard from the front of the batch and then chunks of
+            4·chunk_rows from the front as its queue drains; every other device claims chunks
+            of `chunk_rows` rows from the back, only while it expects to finish them before the
+            master would finish the rest, and measures its speed on every chunk. A device that
             slows down during a step then computes fewer rows instead of making the step wait
             for it. Each device's gradients add up over its chunks (one backward per chunk), so
             the step is still the big batch's. The shard sizes change from step to step, so a
@@ -824,24 +824,17 @@ class HeteroDataParallel:
 
     # -- a chunked step (chunk_rows > 0; see torch_fl.row_pool)
 
+    MASTER_CHUNKS = 4  # the master claims chunks of this many chunk_rows after its first shard
+
     def _chunked(self) -> bool:
         return self.chunk_rows > 0 and self._master_index is not None and len(self.devices) > 1
 
-    def _claim_rows(self, index: int, pool: RowPool, *args) -> tuple[float, float | None]:
-        """_claim_rows_on, and the pool told that this device stops claiming however it ends
-        (a chunk that raises included), so that the master never waits for it."""
-        try:
-            return self._claim_rows_on(index, pool, *args)
-        finally:
-            pool.stop(index)
-
-    def _claim_rows_on(self, index: int, pool: RowPool, inputs: Any, targets: Any, loss_fn: Callable,
-                       batch: int, ship_on: torch.Stream | None) -> tuple[float, float | None]:
+    def _claim_rows(self, index: int, pool: RowPool, inputs: Any, targets: Any, loss_fn: Callable,
+                    batch: int, ship_on: torch.Stream | None) -> tuple[float, float | None]:
         """A non-master device's part of a chunked step, in its pool thread: claims chunks from
         the back of `pool` while it expects to finish them in time, with one chunk queued behind
         the one computing (so that queueing the next costs the device nothing), measures each as
-        it ends, stops claiming (the master then takes the rest), then sends its gradients to
-        the master. Returns (its mean loss over its rows,
+        it ends, then sends its gradients to the master. Returns (its mean loss over its rows,
         seconds from start to its last chunk's end, None when it claimed nothing)."""
         device = self.devices[index]
         queued: collections.deque = collections.deque()  # (event or None, rows, dispatched at)
@@ -866,7 +859,6 @@ class HeteroDataParallel:
                     finish_oldest()
                 claim = pool.claim_back(index, self.chunk_rows, time.perf_counter())
                 if claim is None:
-                    pool.stop(index)  # the master takes the rest now
                     break
                 a, b = claim
                 dispatched = time.perf_counter()  # its device may start on it while it is queued
@@ -894,9 +886,7 @@ class HeteroDataParallel:
         if self._chunk_rates is None or len(self._chunk_rates) != len(self.devices):
             self._chunk_rates = [max(self.balancer.per_sample[i], 1e-12) for i in range(len(self.devices))]
         now = time.perf_counter()
-        # A device finishes its rows early enough to send its gradients (the round trip that
-        # calibration timed) before the master is done.
-        pool = RowPool(batch, m, self._chunk_rates, now, margins=[2.0 * t for t in self.balancer.transfer])
+        pool = RowPool(batch, m, self._chunk_rates, now)
         first = pool.claim_front(m, plan_first_shard(batch, m, self._chunk_rates, self.chunk_rows), now)
         if self._side_pulls and self._stale:
             self._prepare_side_pulls()
@@ -924,14 +914,7 @@ class HeteroDataParallel:
                     first_end.record(stream)
                     first_timing = (begin, first_end, b - a)
             self._master_queued.set()
-            # The rest once the others have stopped claiming: they stop when their next chunk
-            # would end after the master's expected finish, so a chunk's time or more before
-            # its first shard ends, and the rest is queued before its device runs dry.
-            rest = pool.take_rest(m, time.perf_counter())
-            if rest is not None:
-                a, b = rest
-                loss = self._queue_shard(m, _rows(inputs, a, b), _rows(targets, a, b), loss_fn, (b - a) / batch)
-                master_losses.append((loss, b - a))
+            self._master_claims(pool, inputs, targets, loss_fn, batch, master_losses, first_timing)
             if stream is not None:
                 end.record(stream)
         finally:
@@ -955,14 +938,39 @@ class HeteroDataParallel:
             end.synchronize()
             seconds = begin.elapsed_time(end) / 1e3
             results[m] = (results[m][0], seconds)
-            # The master's rate for the next step: its first shard's (no gap between claims in
-            # it), else its whole part's.
-            rows = sizes[m]
-            if first_timing is not None:
-                seconds, rows = first_timing[0].elapsed_time(first_timing[1]) / 1e3, first_timing[2]
-            pool.measured(m, rows, seconds, time.perf_counter(), 0, weight=0.3)
+            pool.measured(m, sizes[m], seconds, time.perf_counter(), 0, weight=0.3)
         self._chunk_rates = list(pool.rates)
         return results, sizes
+
+    def _master_claims(self, pool: RowPool, inputs: Any, targets: Any, loss_fn: Callable, batch: int,
+                       losses: list[tuple[torch.Tensor, int]], first_timing: tuple | None) -> None:
+        """The master's part of a chunked step after its first shard: whenever what it has
+        queued should end within `lead` (the host's time to queue a chunk, twice over), it
+        claims the next chunk from the front, until no row is left. When the first shard's
+        end event has passed, its expected finish is corrected from it."""
+        m = self._master_index
+        rows = self.MASTER_CHUNKS * self.chunk_rows
+        lead = 1e-3
+        held_after_first = 0
+        first_open = first_timing is not None
+        while pool.left() > 0:
+            now = time.perf_counter()
+            if first_open and first_timing[1].query():
+                first_open = False
+                pool.measured(m, first_timing[2], first_timing[0].elapsed_time(first_timing[1]) / 1e3, now,
+                              held_after_first, weight=0.0)
+            wait = pool.busy_until[m] - now - lead
+            if wait > 0:
+                time.sleep(min(wait, 2e-4))  # releases the GIL for the other devices' threads
+                continue
+            claim = pool.claim_front(m, rows, now)
+            if claim is None:
+                break
+            a, b = claim
+            loss = self._queue_shard(m, _rows(inputs, a, b), _rows(targets, a, b), loss_fn, (b - a) / batch)
+            losses.append((loss, b - a))
+            held_after_first += b - a
+            lead = max(5e-4, 2.0 * (time.perf_counter() - now))
 
     def _shard_sizes(self, batch_size: int) -> list[int]:
         if self.fixed_split is not None:

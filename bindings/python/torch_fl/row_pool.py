@@ -2,7 +2,7 @@
 (`HeteroDataParallel(chunk_rows=...)`), instead of a split fixed before the step starts.
 
 The master (the fastest device, where gradients are summed) takes a first shard from the front
-of the batch, and once the others have stopped claiming, every row left. Every other device claims
+of the batch and then chunks from the front as its queue drains. Every other device claims
 chunks from the back, but only a chunk that it expects to finish before the master would
 finish every row still unclaimed. So a device that slows down in the middle of a step (a host
 device sharing its cores with the driver's threads, a busy machine) claims fewer rows and the
@@ -22,18 +22,15 @@ __all__ = ["RowPool", "plan_first_shard"]
 
 
 def plan_first_shard(batch: int, master: int, rates: Sequence[float], chunk_rows: int,
-                     headroom: float = 1.5, step: int = 8) -> int:
+                     headroom: float = 1.5) -> int:
     """Rows of the master's first shard: the batch less what the others are expected to compute
     while the master computes the rest (equal finish at `rates`, seconds per row), times
     `headroom`, so that a device faster than expected finds rows left to claim. The pool left
-    is a whole number of `step` chunks (the last may be short when the batch is), at least one,
-    so that the first shard takes few sizes over a run: on the H200 a step whose shards had
-    sizes new to the GPU took 2-3x as long."""
+    is a whole number of chunks (the last may be short when the batch is), at least one."""
     speeds = [1.0 / max(r, 1e-15) for r in rates]
     others = batch * (1.0 - speeds[master] / sum(speeds))
-    piece = step * chunk_rows
-    pieces = max(1, -int(-(others * headroom) // piece))  # ceil
-    return max(0, batch - pieces * piece)
+    chunks = max(1, -int(-(others * headroom) // chunk_rows))  # ceil
+    return max(0, batch - chunks * chunk_rows)
 
 
 class RowPool:
@@ -44,24 +41,16 @@ class RowPool:
         master: index of the device that takes rows from the front and finishes what no other
             device will take.
         rates: seconds per row of each device (what its last chunks or steps measured).
-        margins: seconds each device needs after its last row before the master can add its
-            work (sending its gradients); 0 by default.
         now: the time the step starts (time.perf_counter()), from which devices are busy.
     """
 
-    def __init__(self, batch: int, master: int, rates: Sequence[float], now: float,
-                 margins: Sequence[float] | None = None):
+    def __init__(self, batch: int, master: int, rates: Sequence[float], now: float):
         self._lock = threading.Lock()
         self.front, self.back = 0, int(batch)
         self.master = master
         self.rates = [float(r) for r in rates]
-        # Seconds a device needs after its last row before the master can use its work (sending
-        # its gradients): it must finish that much before the master would.
-        self.margins = [0.0] * len(self.rates) if margins is None else [float(v) for v in margins]
         self.busy_until = [float(now)] * len(self.rates)  # when each device should finish what it holds
         self.rows = [0] * len(self.rates)  # rows each device claimed this step
-        self._claiming = set(range(len(self.rates))) - {master}  # devices that may still claim
-        self._all_stopped = threading.Condition(self._lock)
 
     def left(self) -> int:
         with self._lock:
@@ -80,9 +69,8 @@ class RowPool:
             return start, start + n
 
     def claim_back(self, device: int, rows: int, now: float) -> tuple[int, int] | None:
-        """Up to `rows` rows from the back for `device`, if it expects to finish them, and its
-        margin after them, before the master would finish everything else left (what it holds,
-        then the rest of the pool);
+        """Up to `rows` rows from the back for `device`, if it expects to finish them before
+        the master would finish everything else left (what it holds, then the rest of the pool);
         None when it would not, or none is left. A device refused once may be refused for the
         rest of the step: the master only comes closer to done."""
         with self._lock:
@@ -90,7 +78,7 @@ class RowPool:
             n = min(int(rows), left)
             if n <= 0:
                 return None
-            finish = max(now, self.busy_until[device]) + n * self.rates[device] + self.margins[device]
+            finish = max(now, self.busy_until[device]) + n * self.rates[device]
             master_done = max(now, self.busy_until[self.master]) + (left - n) * self.rates[self.master]
             if finish > master_done:
                 return None
@@ -102,21 +90,6 @@ class RowPool:
         """Leaves no row to claim (a device's thread failed: the others stop claiming)."""
         with self._lock:
             self.front = self.back
-
-    def stop(self, device: int) -> None:
-        """`device` claims nothing more this step (it was refused, found no row, or failed)."""
-        with self._lock:
-            self._claiming.discard(device)
-            if not self._claiming:
-                self._all_stopped.notify_all()
-
-    def take_rest(self, device: int, now: float, timeout: float | None = None) -> tuple[int, int] | None:
-        """For the master: waits (without the GIL) until every other device has stopped
-        claiming, then claims every row left; None when none is. After `timeout` seconds it
-        claims what is left even if another device is still claiming."""
-        with self._lock:
-            self._all_stopped.wait_for(lambda: not self._claiming, timeout)
-        return self.claim_front(device, self.back - self.front, now)
 
     def measured(self, device: int, rows: int, seconds: float, now: float, still_held: int,
                  weight: float = 0.5) -> None:

@@ -134,9 +134,6 @@ def main() -> None:
     p.add_argument("--split", nargs="+", type=float, default=None,
                    help="a fixed split instead of the balancer: one proportion per device (the device with "
                         "the largest reduces); to measure what a split gives, against what the balancer chooses")
-    p.add_argument("--chunk-rows", type=int, default=0,
-                   help="HeteroDataParallel's chunk_rows: the devices claim rows as they compute, the others "
-                        "in chunks of this many rows, instead of a split fixed before each step (0: off)")
     args = p.parse_args()
 
     for d in args.devices:
@@ -146,10 +143,8 @@ def main() -> None:
     make_model, load, default_batch = MODELS[args.model]
     if args.samples and args.model != "wide":
         raise SystemExit("--samples applies to --model wide only")
-    if args.batch_size < 0 or args.samples < 0 or args.granularity < 0 or args.chunk_rows < 0:
-        raise SystemExit("--batch-size, --samples, --granularity and --chunk-rows must not be negative")
-    if args.chunk_rows and args.split is not None:
-        raise SystemExit("--chunk-rows and --split exclude each other")
+    if args.batch_size < 0 or args.samples < 0 or args.granularity < 0:
+        raise SystemExit("--batch-size, --samples and --granularity must not be negative")
     if args.split is not None and len(args.split) != len(args.devices):
         raise SystemExit(f"--split needs one proportion per device ({len(args.devices)}), got {len(args.split)}")
     if args.epochs < 2:
@@ -177,9 +172,7 @@ def main() -> None:
     hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
                              rebalance_every=args.rebalance_every, granularity=args.granularity or None,
                              ema=args.ema, split=args.split, reduce_device=reduce_device,
-                             tail_window=args.tail_window, chunk_rows=args.chunk_rows)
-    if args.chunk_rows:
-        print(f"rows claimed as the devices compute, chunks of {args.chunk_rows} rows (no fixed split)")
+                             tail_window=args.tail_window)
     if args.split is not None:
         print(f"fixed split {args.split} (no balancer), gradients reduced on {hdp.reduce_device}")
     steps: list[dict] = []  # --history: every step of the pair
@@ -209,11 +202,7 @@ def main() -> None:
             pair_epochs.append(rate)
             for loop in alone_loops.values():  # each device alone, as many steps, in turn
                 loop.window(steps_per_epoch)
-        if args.chunk_rows:  # a split of its own every step: each device's rows, mean and range
-            per_device = list(zip(*[s for s, n in shards.items() for _ in range(n)]))
-            split = ", ".join(f"{sum(r) / len(r):.0f} ({min(r)}-{max(r)})" for r in per_device) + " rows per step"
-        else:
-            split = ", ".join(f"{list(s)} x{n}" for s, n in sorted(shards.items(), key=lambda kv: -kv[1]))
+        split = ", ".join(f"{list(s)} x{n}" for s, n in sorted(shards.items(), key=lambda kv: -kv[1]))
         print(f"epoch {epoch + 1}: loss {sum(losses) / len(losses):.4f}, {rate:8.0f} samples/s, "
               f"shards ({' / '.join(args.devices)}): {split}")
 

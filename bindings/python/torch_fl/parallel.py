@@ -137,7 +137,6 @@ import torch.nn as nn
 
 from . import _C
 from .balancer import SplitSchedule, ThroughputBalancer, _fold_small_shards, device_set
-from .row_pool import RowPool, plan_first_shard
 
 __all__ = ["ThroughputBalancer", "HeteroDataParallel", "synchronize_device", "device_context",
            "step_timeline_summary"]
@@ -356,25 +355,6 @@ def _to(value: Any, device: torch.device, in_place_from_host: bool = False) -> A
     return _map_tensors(value, move)
 
 
-def _rows(value: Any, start: int, end: int) -> Any:
-    """Rows [start, end) of a batch: every tensor with a batch dimension sliced along dim 0 (a
-    view), 0-dimensional tensors and other leaves as they are (as _split_batch)."""
-    return _map_tensors(value, lambda t: t[start:end] if t.dim() > 0 else t)
-
-
-def _end_marker(device: torch.device) -> torch.Event | None:
-    """An event recorded on `device`'s current stream, passed once the work queued so far is
-    done; None for the native CPU, whose work is done when queued."""
-    if device.type == "cpu":
-        return None
-    event = torch.Event(device=device)
-    if device.type == "fl":
-        event.record(torch.fl.current_stream(device.index))
-    else:
-        event.record()
-    return event
-
-
 def _host_copy(value: Any) -> Any:
     """`value` with every host tensor cloned (its containers followed)."""
     return _map_tensors(value, lambda t: t.clone() if t.device.type == "cpu" else t)
@@ -470,19 +450,6 @@ class HeteroDataParallel:
             that runs a shard size a device has not run before is a warm-up (cuDNN plans,
             allocator blocks): it is not measured, and the same split runs again.
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
-        chunk_rows: 0 (default) splits each batch before the step starts. A positive number
-            makes the split of each step follow the devices as they compute (torch_fl.row_pool):
-            the master takes a first shard from the front of the batch and then chunks of
-            4·chunk_rows from the front as its queue drains; every other device claims chunks
-            of `chunk_rows` rows from the back, only while it expects to finish them before the
-            master would finish the rest, and measures its speed on every chunk. A device that
-            slows down during a step then computes fewer rows instead of making the step wait
-            for it. Each device's gradients add up over its chunks (one backward per chunk), so
-            the step is still the big batch's. The shard sizes change from step to step, so a
-            device's kernels see many batch sizes, and the rows each device computed vary run to
-            run (the sum of gradients is rounded in another order). Calibration still picks the
-            master and the first speeds. Not with `split`, nor with batch norm (whose running
-            statistics would be updated once per chunk).
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: after every step, assert that every replica is bit-identical to the master.
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
@@ -520,18 +487,10 @@ class HeteroDataParallel:
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
                  probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
-                 debug: bool = False, host_zero_copy: bool = True, tail_window: int = 32,
-                 chunk_rows: int = 0):
+                 debug: bool = False, host_zero_copy: bool = True, tail_window: int = 32):
         self.devices = [_with_index(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
-        if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 0:
-            raise ValueError(f"chunk_rows must be an int >= 0 (0: a split fixed before each step), got {chunk_rows!r}")
-        if chunk_rows and split is not None:
-            raise ValueError("chunk_rows lets the devices claim rows as they compute; a fixed split cannot "
-                             "be combined with it (pass one or the other)")
-        self.chunk_rows = chunk_rows
-        self._chunk_rates: list[float] | None = None  # seconds per row per device, for chunked steps
         # Per device: its shards of a host batch are used in place (see host_zero_copy).
         self._in_place_from_host = [bool(host_zero_copy) and _takes_host_pointers(d) for d in self.devices]
         if len(set(self.devices)) != len(self.devices):
@@ -586,10 +545,6 @@ class HeteroDataParallel:
         # no decay) walks them twice, and a generator's second walk is empty.
         self.optimizer = optimizer(list(self.module.parameters()))
         _refuse_closure_optimizer(self.optimizer)
-        if self.chunk_rows and self._min_shard_rows > 1:
-            raise ValueError("HeteroDataParallel(chunk_rows=...) runs a device's rows as several chunks, and batch "
-                             "norm would then update its running statistics once per chunk: use chunk_rows=0 "
-                             "with a model that has batch norm")
         self._pool = ThreadPoolExecutor(max_workers=len(self.devices), thread_name_prefix="hetero-dp")
         self._watch_structure()
         self.broadcast()
@@ -723,18 +678,17 @@ class HeteroDataParallel:
     # -- one step
 
     def _queue_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
-                     weight: float = 1.0, clear_grads: bool = True) -> torch.Tensor:
+                     weight: float = 1.0) -> torch.Tensor:
         """Queues forward and backward of one shard on device `index` (the current device must
         be it) and returns the shard's loss. The gradients come out scaled by `weight` (the
-        shard's share of the batch), so that the reduction only adds them up. Without
-        `clear_grads` (a chunked step's later chunks) they add to the replica's."""
+        shard's share of the batch), so that the reduction only adds them up."""
         replica = self.replicas[index]
         device = self.devices[index]
         if index in self._stale:  # the last update, pulled on a side stream of the master
             self._copy_from_master(index, side_stream=True)
         in_place = self._in_place_from_host[index]
         x, y = _to(inputs, device, in_place), _to(targets, device, in_place)
-        if replica is not self.module and clear_grads:  # the master's are cleared before any shard starts
+        if replica is not self.module:  # the master's are cleared before any shard starts
             for p in replica.parameters():
                 p.grad = None
         loss = loss_fn(_call(replica, x), y)
@@ -822,156 +776,6 @@ class HeteroDataParallel:
             self._marks[index] = {"dispatched": time.perf_counter()}
         return loss, (begin, end, when)
 
-    # -- a chunked step (chunk_rows > 0; see torch_fl.row_pool)
-
-    MASTER_CHUNKS = 4  # the master claims chunks of this many chunk_rows after its first shard
-
-    def _chunked(self) -> bool:
-        return self.chunk_rows > 0 and self._master_index is not None and len(self.devices) > 1
-
-    def _claim_rows(self, index: int, pool: RowPool, inputs: Any, targets: Any, loss_fn: Callable,
-                    batch: int, ship_on: torch.Stream | None) -> tuple[float, float | None]:
-        """A non-master device's part of a chunked step, in its pool thread: claims chunks from
-        the back of `pool` while it expects to finish them in time, with one chunk queued behind
-        the one computing (so that queueing the next costs the device nothing), measures each as
-        it ends, then sends its gradients to the master. Returns (its mean loss over its rows,
-        seconds from start to its last chunk's end, None when it claimed nothing)."""
-        device = self.devices[index]
-        queued: collections.deque = collections.deque()  # (event or None, rows, dispatched at)
-        losses: list[tuple[torch.Tensor, int]] = []
-        last_end = [0.0]
-
-        def finish_oldest() -> None:
-            event, rows, dispatched = queued.popleft()
-            if event is not None:
-                event.synchronize()  # releases the GIL
-            now = time.perf_counter()
-            pool.measured(index, rows, now - max(dispatched, last_end[0]), now, sum(n for _, n, _ in queued))
-            last_end[0] = now
-
-        with device_context(device), contextlib.ExitStack() as autocast:
-            for device_type, enabled, dtype in self._autocast:
-                if enabled:
-                    autocast.enter_context(torch.autocast(device_type, dtype=dtype))
-            start = time.perf_counter()
-            while True:
-                if len(queued) >= 2:
-                    finish_oldest()
-                claim = pool.claim_back(index, self.chunk_rows, time.perf_counter())
-                if claim is None:
-                    break
-                a, b = claim
-                dispatched = time.perf_counter()  # its device may start on it while it is queued
-                loss = self._queue_shard(index, _rows(inputs, a, b), _rows(targets, a, b), loss_fn,
-                                         (b - a) / batch, clear_grads=not losses)
-                losses.append((loss, b - a))
-                queued.append((_end_marker(device), b - a, dispatched))
-            while queued:
-                finish_oldest()
-            if not losses:
-                return 0.0, None
-            seconds = last_end[0] - start
-            if ship_on is not None:
-                self._master_queued.wait()
-                self._shipped[index] = self._ship_gradients(index, ship_on)
-        rows = sum(n for _, n in losses)
-        return sum(float(loss) * n for loss, n in losses) / rows, seconds
-
-    def _chunked_step(self, inputs: Any, targets: Any, loss_fn: Callable,
-                      batch: int) -> tuple[dict[int, tuple[Any, float | None]], list[int]]:
-        """Forward and backward of one batch over every device, the rows claimed as they
-        compute (see chunk_rows); the master's gradients then hold the batch's sum. Returns
-        ({device: (its mean loss over its rows, its seconds)}, rows per device)."""
-        m = self._master_index
-        if self._chunk_rates is None or len(self._chunk_rates) != len(self.devices):
-            self._chunk_rates = [max(self.balancer.per_sample[i], 1e-12) for i in range(len(self.devices))]
-        now = time.perf_counter()
-        pool = RowPool(batch, m, self._chunk_rates, now)
-        first = pool.claim_front(m, plan_first_shard(batch, m, self._chunk_rates, self.chunk_rows), now)
-        if self._side_pulls and self._stale:
-            self._prepare_side_pulls()
-        ship_on = torch.fl.current_stream(self.reduce_device.index) if self.reduce_device.type == "fl" else None
-        self._trainable = [k for k, p in enumerate(self._master_params) if p.requires_grad]
-        self._master_queued.clear()
-        futures = {}
-        master_losses: list[tuple[torch.Tensor, int]] = []
-        first_timing = stream = None
-        try:
-            for i in self._non_master:
-                futures[i] = self._pool.submit(self._claim_rows, i, pool, inputs, targets, loss_fn, batch, ship_on)
-            # Events time the master's part (its rate for the next step) and its first shard
-            # (its expected finish, corrected as soon as that shard is done).
-            stream = torch.fl.current_stream(self.reduce_device.index) if self._master_times_with_events else None
-            if stream is not None:
-                begin, end = _timing_events(self.reduce_device)
-                begin.record(stream)
-            if first is not None:
-                a, b = first
-                loss = self._queue_shard(m, _rows(inputs, a, b), _rows(targets, a, b), loss_fn, (b - a) / batch)
-                master_losses.append((loss, b - a))
-                if stream is not None:
-                    first_end = _timing_events(self.reduce_device)[0]
-                    first_end.record(stream)
-                    first_timing = (begin, first_end, b - a)
-            self._master_queued.set()
-            self._master_claims(pool, inputs, targets, loss_fn, batch, master_losses, first_timing)
-            if stream is not None:
-                end.record(stream)
-        finally:
-            pool.close()  # nothing is left after the master's claims; after an error, the others stop
-            self._master_queued.set()
-            concurrent.futures.wait(futures.values())
-            self._side_pulls_ready = False
-        results = {i: f.result() for i, f in futures.items()}
-        sizes = list(pool.rows)
-        if master_losses:
-            rows = sizes[m]
-            results[m] = (sum(loss * (n / rows) for loss, n in master_losses), None)
-        for i in list(results):
-            if sizes[i] == 0:
-                del results[i]
-        active = device_set(sizes)
-        self._reduce_gradients(active)
-        if m not in active:
-            self._take_buffers(max(active, key=lambda i: sizes[i]))
-        if stream is not None and sizes[m] > 0:
-            end.synchronize()
-            seconds = begin.elapsed_time(end) / 1e3
-            results[m] = (results[m][0], seconds)
-            pool.measured(m, sizes[m], seconds, time.perf_counter(), 0, weight=0.3)
-        self._chunk_rates = list(pool.rates)
-        return results, sizes
-
-    def _master_claims(self, pool: RowPool, inputs: Any, targets: Any, loss_fn: Callable, batch: int,
-                       losses: list[tuple[torch.Tensor, int]], first_timing: tuple | None) -> None:
-        """The master's part of a chunked step after its first shard: whenever what it has
-        queued should end within `lead` (the host's time to queue a chunk, twice over), it
-        claims the next chunk from the front, until no row is left. When the first shard's
-        end event has passed, its expected finish is corrected from it."""
-        m = self._master_index
-        rows = self.MASTER_CHUNKS * self.chunk_rows
-        lead = 1e-3
-        held_after_first = 0
-        first_open = first_timing is not None
-        while pool.left() > 0:
-            now = time.perf_counter()
-            if first_open and first_timing[1].query():
-                first_open = False
-                pool.measured(m, first_timing[2], first_timing[0].elapsed_time(first_timing[1]) / 1e3, now,
-                              held_after_first, weight=0.0)
-            wait = pool.busy_until[m] - now - lead
-            if wait > 0:
-                time.sleep(min(wait, 2e-4))  # releases the GIL for the other devices' threads
-                continue
-            claim = pool.claim_front(m, rows, now)
-            if claim is None:
-                break
-            a, b = claim
-            loss = self._queue_shard(m, _rows(inputs, a, b), _rows(targets, a, b), loss_fn, (b - a) / batch)
-            losses.append((loss, b - a))
-            held_after_first += b - a
-            lead = max(5e-4, 2.0 * (time.perf_counter() - now))
-
     def _shard_sizes(self, batch_size: int) -> list[int]:
         if self.fixed_split is not None:
             total = float(sum(self.fixed_split))
@@ -1040,17 +844,13 @@ class HeteroDataParallel:
         if self._scaler is not None and getattr(self._scaler, "_scale", None) is None:
             # GradScaler creates its scale on first use: here, not in several shards' threads at once.
             self._scaler.scale(torch.ones((), device=self.reduce_device))
-        chunked = self._chunked()
-        if chunked:  # every device may compute; the split is known once the step has run
-            active = tuple(range(len(self.devices)))
+        sizes = self._shard_sizes(batch)
+        active = device_set(sizes)
+        if len(active) == 1:
+            in_parts, tgt_parts = [inputs], [targets]
         else:
-            sizes = self._shard_sizes(batch)
-            active = device_set(sizes)
-            if len(active) == 1:
-                in_parts, tgt_parts = [inputs], [targets]
-            else:
-                in_parts = _split_batch(inputs, [sizes[i] for i in active])
-                tgt_parts = _split_batch(targets, [sizes[i] for i in active])
+            in_parts = _split_batch(inputs, [sizes[i] for i in active])
+            tgt_parts = _split_batch(targets, [sizes[i] for i in active])
         if self.debug:  # update the computing replicas here, and check them, before the step
             self.broadcast([i for i in active if i in self._stale])
             self.assert_replicas_identical(active)
@@ -1060,11 +860,7 @@ class HeteroDataParallel:
         timed = None
         self._shipped = {}  # nothing left from a step that failed
         with device_context(self.reduce_device):
-            if chunked:
-                results, sizes = self._chunked_step(inputs, targets, loss_fn, batch)
-                active = device_set(sizes)
-                joined = reduced = time.perf_counter()
-            elif len(active) == 1 and self.replicas[active[0]] is self.module:
+            if len(active) == 1 and self.replicas[active[0]] is self.module:
                 # The master alone: run it on this thread and do not wait for the device before
                 # the optimizer step, so that the step's dispatch overlaps the backward kernels,
                 # as in a plain training loop. The step before each re-balance times its shard
@@ -1156,7 +952,7 @@ class HeteroDataParallel:
         self._marks = {}
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
-        if self.fixed_split is None and not chunked:
+        if self.fixed_split is None:
             self.schedule.after_step(batch, sizes, time.perf_counter() - called, seconds, idle)
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1

@@ -187,6 +187,61 @@ def test_stub_plugin_table_entries_are_used_natively():
     assert "aten::neg" in res["neg"] and "stub" in res["neg"] and "stub kernel failure" in res["neg"]
 
 
+POINTWISE_CODE = textwrap.dedent("""
+    import json, torch, torch_fl
+    torch.manual_seed(0)
+    res = {}
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        a, b, c, w = (torch.randn(4096).to(dt) for _ in range(4))
+        c = c.abs() + 0.5
+        w = w.abs().clamp(max=1.5)
+        fa, fb, fc, fw = (t.to("fl") for t in (a, b, c, w))
+        cases = {
+            "addcmul": (torch.addcmul(fa, fb, fc, value=0.3), torch.addcmul(a, b, c, value=0.3)),
+            "addcdiv": (torch.addcdiv(fa, fb, fc, value=0.3), torch.addcdiv(a, b, c, value=0.3)),
+            "lerp 0.25": (torch.lerp(fa, fb, 0.25), torch.lerp(a, b, 0.25)),
+            "lerp 0.75": (torch.lerp(fa, fb, 0.75), torch.lerp(a, b, 0.75)),
+            "lerp 1": (torch.lerp(fa, fb, 1.0), torch.lerp(a, b, 1.0)),
+            "lerp tensor": (torch.lerp(fa, fb, fw), torch.lerp(a, b, w)),
+        }
+        for name, (got, want) in cases.items():
+            got = got.cpu()
+            # In ulps of the result, or of 1 where the terms (of size ~1) cancel below it.
+            ulp = torch.finfo(dt).eps * want.abs().float().clamp(min=1.0)
+            res[f"{name} {dt}"] = {"dtype": str(got.dtype), "differ": int((got != want).sum()),
+                                   "max_ulps": float(((got.float() - want.float()).abs() / ulp).max()),
+                                   "equals_end": bool(torch.equal(got, b)) if name == "lerp 1" else None}
+    stats = torch_fl.fallback_stats()
+    res["tiers"] = {op: stats[op]["generic"] > 0 and stats[op]["native"] == 0
+                    for op in ("aten::addcmul.out", "aten::addcdiv.out", "aten::lerp.Scalar_out",
+                               "aten::lerp.Tensor_out")}
+    print("RESULT", json.dumps(res))
+""")
+
+
+@pytest.mark.skipif(not STUB_PLUGIN.exists(), reason="stub plugin not built (configure with -Dtests=enabled)")
+def test_generic_addcmul_addcdiv_lerp_round_as_the_cpu_does():
+    """A plugin without addcmul, addcdiv or lerp (the stub) gets them from the generic tier,
+    which computes them as ATen's CPU kernels do: half and bfloat16 in float, rounded once into
+    the output, and lerp by its two formulas, so that weight 1 gives `end` exactly. Composed in
+    the tensors' own type they differed from the CPU in 13-41% of the elements, and lerp(a, b,
+    1.0) missed b in a third of them, float32 included. float32 stays within two ulps: the CPU
+    build fuses the multiply and the add (one rounding), the generic tier composes two kernels."""
+    r = run_python(POINTWISE_CODE, env={"FL_PLUGIN_PATH": str(STUB_PLUGIN), "FL_CPU_DEVICES": None})
+    assert r.returncode == 0, r.stderr
+    res = json.loads([ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")][0][7:])
+    assert all(res.pop("tiers").values())
+    for case, got in res.items():
+        name, dtype = case.rsplit(" ", 1)
+        assert got["dtype"] == dtype, case
+        if name == "lerp 1":
+            assert got["equals_end"] and got["differ"] == 0, case
+        if dtype == "torch.float32":
+            assert got["max_ulps"] <= 2, (case, got)
+        else:  # one rounding, as on the CPU: equal but where the float result sits on a tie
+            assert got["differ"] <= 4 and got["max_ulps"] <= 1, (case, got)
+
+
 DETERMINISTIC_CODE = textwrap.dedent("""
     import sys, torch, torch_fl
     fa = torch.randn(4).to("fl")

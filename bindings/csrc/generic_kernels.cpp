@@ -162,6 +162,9 @@ bool fused_lstm_cell(const std::vector<c10::IValue>& in, std::vector<at::Tensor>
 
 // (grad_hy?, grad_cy?, cx, cy, workspace, has_bias) -> (grad_gates, grad_cx, grad_bias?).
 bool fused_lstm_cell_backward(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
+  // Neither gradient: no gradient flows, and the outputs stay undefined, as ATen's CUDA kernel
+  // returns them (its meta function sized none).
+  if (!optional_tensor(in, 0) && !optional_tensor(in, 1)) return true;
   const at::Tensor cx = in_acc(T(in, 2)), cy = in_acc(T(in, 3));
   const auto w = in_acc(T(in, 4)).chunk(4, 1);
   const at::Tensor &i = w[0], &f = w[1], &g = w[2], &o = w[3];

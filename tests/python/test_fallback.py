@@ -353,6 +353,22 @@ def test_sync_batch_norm_ops_run_through_the_generic_tier_and_match_batch_norm()
         assert torch_fl.fallback_stats()[f"aten::{op}"]["generic"] >= 1, op
 
 
+def test_fused_lstm_cell_backward_without_gradients_returns_none_as_cuda_does():
+    # Autograd calls it with grad_hy and grad_cy undefined when neither output of the cell was
+    # used; ATen's CUDA kernel returns three undefined tensors then (no gradient flows).
+    cx, cy, workspace = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 16)
+    on_fl = [t.to("fl:0") for t in (cx, cy, workspace)]
+    assert torch.ops.aten._thnn_fused_lstm_cell_backward_impl(None, None, *on_fl, True) == (None, None, None)
+    # One gradient given still runs the cell's backward (the other counts as zero).
+    grad_cy = torch.randn(3, 4)
+    grad_gates, grad_cx, grad_bias = torch.ops.aten._thnn_fused_lstm_cell_backward_impl(
+        None, grad_cy.to("fl:0"), *on_fl, True)
+    i, f, g, o = workspace.chunk(4, 1)
+    torch.testing.assert_close(grad_cx.cpu(), grad_cy * f)
+    torch.testing.assert_close(grad_gates.cpu()[:, 4:8], grad_cy * cx * (1 - f) * f)
+    torch.testing.assert_close(grad_bias.cpu(), grad_gates.cpu().sum(0))
+
+
 def test_sync_batch_norm_edges_follow_atens_cuda_kernels():
     # channels_last stays channels_last; the out= overload runs; a constant channel with eps = 0
     # normalises to 0 (ATen's InvStd gives 0 there), not NaN; half statistics gather to float.

@@ -803,6 +803,34 @@ def test_debug_mode_detects_diverged_replicas():
         hdp.close()
 
 
+def test_debug_checks_are_left_out_of_the_balancers_step_times():
+    # debug=True checks the replicas before every step (copies of every tensor to the host);
+    # the balancer's record of the split must not count that, or debug mode would split
+    # differently than a run without it.
+    xs, ys = _data(torch.float32, steps=4, batch=32)
+    hdp = HeteroDataParallel(_model(torch.float32), ["fl:0", "fl:1"], _optimizer, debug=True, calibration_reps=1)
+    checks, recorded = [], []
+    check, after_step = hdp.assert_replicas_identical, hdp.schedule.after_step
+
+    def slow_check(replicas=None):
+        checks.append(replicas)
+        time.sleep(0.25)
+        check(replicas)
+
+    def spy(batch, sizes, step_seconds, *rest):
+        recorded.append(step_seconds)
+        after_step(batch, sizes, step_seconds, *rest)
+
+    hdp.assert_replicas_identical, hdp.schedule.after_step = slow_check, spy
+    try:
+        for x, y in zip(xs, ys):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert len(checks) >= 4 and len(recorded) == 4  # broadcast() checks too, under debug
+        assert max(recorded) < 0.25, recorded
+    finally:
+        hdp.close()
+
+
 def test_a_replica_that_pulls_its_update_lazily_checks_identical_after_a_step():
     # A replica of another kind than the master (here the native CPU beside fl:0; on the H200
     # machine a CPU-plugin device beside a CUDA master) receives each update when it next

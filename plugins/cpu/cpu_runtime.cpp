@@ -4,7 +4,7 @@
 
 #include <unistd.h>
 
-#include <cblas.h>
+#include "blas_library.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -111,7 +111,7 @@ void Runtime::init(const char* options) {
       plugin::raise(FL_ERR_INVALID_ARGUMENT, "cpu plugin: threads must be in [1, 4096]");
   }
   // OpenBLAS's own count, as the process started (a later init without threads= returns to it).
-  static const int blas_default = std::max(1, openblas_get_num_threads());
+  static const int blas_default = std::max(1, blas::get_num_threads());
   const int32_t host_threads = threads > 0 ? static_cast<int32_t>(threads) : blas_default;
   // Every option is valid: only now is the runtime built, and OpenBLAS's count changed only
   // once nothing else can fail (a failed init leaves no runtime and no changed count behind).
@@ -119,7 +119,7 @@ void Runtime::init(const char* options) {
   runtime->host_accessible_ = host_accessible;
   runtime->host_threads_ = host_threads;
   runtime->copier_ = std::make_unique<plugin::ParallelCopy>(std::min(host_threads, kCopyThreads));
-  openblas_set_num_threads(host_threads);
+  blas::set_num_threads(host_threads);
   instance() = std::move(runtime);
 }
 

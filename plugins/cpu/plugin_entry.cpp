@@ -1,5 +1,6 @@
 // plugin_entry.cpp — the fl_device_ops table of the CPU plugin ("cpu"): logical devices over
 // host memory, streams run by worker threads, events as stream markers, and the kernel table.
+#include "blas_library.hpp"
 #include "cpu_runtime.hpp"
 #include "device_address.hpp"
 #include "kernels/kernel_table.hpp"
@@ -8,6 +9,7 @@
 #include <plugin_support.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 
@@ -35,12 +37,33 @@ void copy_string(char* dst, size_t capacity, const char* src) {
 
 // ---- lifecycle -------------------------------------------------------------------------
 
+// Which OpenBLAS the kernels use and its kernel set, through the core's logger: at info level
+// when the plugin replaced OpenBLAS's own choice (blas_library.hpp), else at debug level.
+void log_blas(const fl_host_services* host) {
+  if (host == nullptr || host->struct_size <= offsetof(fl_host_services, log) || host->log == nullptr) return;
+  const blas::LoadReport& blas = blas::load();
+  std::string message = "cpu plugin: " + blas.config + " from " + blas.library + ", " + blas.core + " kernels";
+  int32_t level = FL_LOG_DEBUG;
+  if (blas.replaced) {
+    message += " (OpenBLAS chose " + blas.detected + " for this CPU, without the AVX2 it has: loaded again with "
+               "OPENBLAS_CORETYPE=" + blas.best + ", as a user would set it)";
+    level = FL_LOG_INFO;
+  } else if (!blas.detected.empty()) {
+    message += " (without the AVX2 this CPU has; another component of the process holds this OpenBLAS, so the "
+               "plugin could not reload it: set OPENBLAS_CORETYPE=" + blas.best + " before starting, GEMMs run "
+               "several times faster)";
+    level = FL_LOG_WARN;
+  }
+  host->log(host->user_data, level, message.c_str());
+}
+
 fl_status_t plugin_init(const fl_host_services* host, const char* options) {
   return guard([&] {
     if (host != nullptr && host->host_abi_major != FL_ABI_MAJOR)
       raise(FL_ERR_VERSION, "cpu plugin: host ABI major " + std::to_string(host->host_abi_major) +
                                 " differs from the plugin's " + std::to_string(FL_ABI_MAJOR));
     Runtime::init(options);
+    log_blas(host);
   });
 }
 

@@ -195,6 +195,10 @@ both_plugins_env() {
   export FL_PLUGIN_PATH="$CUDA_SO:$ROOT/$BUILD/plugins/cpu/libfl_cpu.so"
 }
 
+cpu_plugin_blas() {  # the CPU plugin's OpenBLAS and the kernel set it runs (its init log line)
+  FL_LOG_LEVEL=debug "$PY" -c "import torch_fl" 2>&1 | grep "cpu plugin: OpenBLAS" || echo "cpu plugin: no OpenBLAS line"
+}
+
 first_device_of() {  # first_device_of PLUGIN -> fl:N
   "$PY" -c "import sys, torch_fl; print(next(d['device'] for d in torch_fl.list_devices() if d['plugin'] == sys.argv[1]))" "$1"
 }
@@ -298,6 +302,7 @@ step_hetero_target() {
   local batch="${FL_HETERO_TARGET_BATCH:-65536}" samples="${FL_HETERO_TARGET_SAMPLES:-1048576}"
   local epochs="${FL_HETERO_TARGET_EPOCHS:-12}"
   cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
+  cpu_plugin_blas
   for ((k = 1; k <= ${FL_HETERO_TARGET_RUNS:-1}; k++)); do
     echo "== run $k: FL_CPU_THREADS=${FL_CPU_THREADS:-12} examples/hetero_train.py --devices $cpu $cuda --model wide" \
          "--batch-size $batch --samples $samples --epochs $epochs --pin ${FL_HETERO_TARGET_ARGS:-}"

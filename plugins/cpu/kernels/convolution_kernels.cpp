@@ -5,7 +5,7 @@
 #include "kernel_table.hpp"
 #include "tensor_desc.hpp"
 
-#include <cblas.h>
+#include "blas_library.hpp"
 
 #include <cstring>
 #include <optional>
@@ -78,11 +78,11 @@ template <class T>
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
           int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb,
-                beta, c, (blasint)ldc);
+    blas::sgemm(ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
+                (blasint)ldc);
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb,
-                beta, c, (blasint)ldc);
+    blas::dgemm(ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
+                (blasint)ldc);
 }
 
 // col[(c*kh + i)*kw + j][oy*ow + ox] = img[c][oy*sh - ph + i*dh][ox*sw - pw + j*dw] (0 outside)

@@ -1,4 +1,5 @@
-// gemm_kernels.cpp — mm, addmm, bmm, baddbmm (float32/float64) through OpenBLAS cblas.
+// gemm_kernels.cpp — mm, addmm, bmm, baddbmm (float32/float64) through OpenBLAS cblas
+// (blas_library.hpp: loaded at first use, with kernels for this CPU).
 // Inputs may be strided: a matrix with a unit column stride (row-major) or a unit row stride
 // (transposed) goes to BLAS as is; any other layout (e.g. expanded, stride 0) is copied to a
 // contiguous buffer on the worker first. Outputs arrive contiguous. float16/bfloat16 are
@@ -10,7 +11,7 @@
 
 #include <optional>
 
-#include <cblas.h>
+#include "blas_library.hpp"
 
 #include <vector>
 
@@ -36,13 +37,11 @@ template <class T>
 void gemm_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha,
                const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+    blas::sgemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, static_cast<blasint>(m), static_cast<blasint>(n),
-                static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
-                static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+    blas::dgemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
+                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
 // How BLAS reads a matrix: as is (NoTrans, ld = row stride), transposed (Trans, ld = column

@@ -1,0 +1,145 @@
+// blas_library.cpp — see blas_library.hpp.
+#include "blas_library.hpp"
+
+#include "plugin_support.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
+
+namespace fl::cpu::blas {
+namespace {
+
+using SgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, float,
+                         const float*, blasint, const float*, blasint, float, float*, blasint);
+using DgemmFn = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, blasint, blasint, blasint, double,
+                         const double*, blasint, const double*, blasint, double, double*, blasint);
+using GetThreadsFn = int (*)();
+using SetThreadsFn = void (*)(int);
+using NameFn = char* (*)();
+
+struct Library {
+  void* handle = nullptr;
+  SgemmFn sgemm = nullptr;
+  DgemmFn dgemm = nullptr;
+  GetThreadsFn get_num_threads = nullptr;
+  SetThreadsFn set_num_threads = nullptr;
+  NameFn corename = nullptr;
+  NameFn config = nullptr;
+  LoadReport report;
+};
+
+// Where meson found OpenBLAS (its pkg-config libdir), else the soname on the loader's path.
+std::string library_path() {
+#ifdef FL_OPENBLAS_LIBRARY
+  if (FILE* f = std::fopen(FL_OPENBLAS_LIBRARY, "rb")) {
+    std::fclose(f);
+    return FL_OPENBLAS_LIBRARY;
+  }
+#endif
+  return "libopenblas.so.0";
+}
+
+template <class Fn>
+Fn symbol(void* handle, const char* name, const std::string& path) {
+  void* address = dlsym(handle, name);
+  if (address == nullptr)
+    plugin::raise(FL_ERR_NO_DEVICE, "cpu plugin: " + path + " has no symbol " + name + " (not OpenBLAS?)");
+  return reinterpret_cast<Fn>(address);
+}
+
+void open(Library& lib, const std::string& path) {
+  lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib.handle == nullptr) {
+    const char* why = dlerror();
+    plugin::raise(FL_ERR_NO_DEVICE, "cpu plugin: cannot load OpenBLAS (" + path + "): " + (why ? why : "unknown"));
+  }
+  lib.sgemm = symbol<SgemmFn>(lib.handle, "cblas_sgemm", path);
+  lib.dgemm = symbol<DgemmFn>(lib.handle, "cblas_dgemm", path);
+  lib.get_num_threads = symbol<GetThreadsFn>(lib.handle, "openblas_get_num_threads", path);
+  lib.set_num_threads = symbol<SetThreadsFn>(lib.handle, "openblas_set_num_threads", path);
+  lib.corename = symbol<NameFn>(lib.handle, "openblas_get_corename", path);
+  lib.config = symbol<NameFn>(lib.handle, "openblas_get_config", path);
+}
+
+std::string text_of(NameFn fn) {
+  const char* text = fn();
+  return text ? text : "";
+}
+
+Library& library() {
+  static Library lib;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const std::string path = library_path();
+    open(lib, path);
+    std::string core = text_of(lib.corename);
+    std::string detected;
+    bool replaced = false;
+    const std::string best = best_core_for_this_cpu();
+    if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !best.empty() && !core_has_avx2(core)) {
+      // OpenBLAS did not know this CPU and fell back to kernels without AVX2: initialise it
+      // again with the best core for the CPU's instruction sets. dlclose runs its destructor
+      // (its threads stop) when no one else holds it; if someone does, the reopen returns the
+      // same instance and its choice stays (reported as such).
+      dlclose(lib.handle);
+      setenv("OPENBLAS_CORETYPE", best.c_str(), 0);
+      open(lib, path);
+      unsetenv("OPENBLAS_CORETYPE");
+      detected = core;
+      core = text_of(lib.corename);
+      replaced = core_has_avx2(core);
+    }
+    lib.report = LoadReport{path, core, detected, replaced, best, text_of(lib.config)};
+  });
+  return lib;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+const LoadReport& load() { return library().report; }
+
+void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
+           const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc) {
+  library().sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void dgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
+           const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c,
+           blasint ldc) {
+  library().dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+int get_num_threads() { return library().get_num_threads(); }
+
+void set_num_threads(int threads) { library().set_num_threads(threads); }
+
+std::string best_core_for_this_cpu() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return "";
+}
+
+bool core_has_avx2(const std::string& core) {
+  // OpenBLAS's x86-64 kernel sets with AVX2 or AVX-512 (as openblas_get_corename spells them,
+  // in any case); every other one (Prescott, Core2, Nehalem, Sandybridge, Bulldozer...) has not.
+  static const char* const kAvx2Cores[] = {"haswell", "zen", "excavator", "skylakex", "cooperlake",
+                                           "sapphirerapids"};
+  const std::string name = lower(core);
+  return std::any_of(std::begin(kAvx2Cores), std::end(kAvx2Cores), [&](const char* c) { return name == c; });
+}
+
+}  // namespace fl::cpu::blas

@@ -1,0 +1,53 @@
+// blas_library.hpp — OpenBLAS, loaded by the CPU plugin at its first use (dlopen) rather than by
+// the dynamic linker when the plugin is loaded, so that the plugin can correct OpenBLAS's choice
+// of kernels first.
+//
+// OpenBLAS's DYNAMIC_ARCH builds (Debian's) pick their kernels from the CPU model when the
+// library initialises. A model newer than the build knows falls back to its generic x86-64
+// kernels ("Prescott", SSE3): OpenBLAS 0.3.21 on an Intel family 6 model 207 (the Xeon of the
+// H200 machine and of CI) ran the wide MLP's GEMMs 3-5x slower than with the AVX-512 kernels it
+// has. So when OpenBLAS reports a core without AVX2 while the CPU has AVX2 and FMA, and the user
+// did not choose one (OPENBLAS_CORETYPE unset), the library is loaded again with
+// OPENBLAS_CORETYPE set to the best core this CPU runs: SkylakeX (AVX-512 F/BW/VL/DQ) or Haswell
+// (AVX2, FMA). A core OpenBLAS chose knowingly is never replaced.
+//
+// Thread-safety: every function may be called from any thread; the first call loads the
+// library (once per process), and a failure to load is thrown as plugin::raise(FL_ERR_NO_DEVICE).
+#pragma once
+
+#include <cblas.h>
+
+#include <string>
+
+namespace fl::cpu::blas {
+
+// What was loaded, for the plugin's log.
+struct LoadReport {
+  std::string library;      // the path dlopen was given
+  std::string core;         // OpenBLAS's kernel set in use (openblas_get_corename)
+  std::string detected;     // what OpenBLAS chose by itself, when the plugin reloaded it; else empty
+  bool replaced = false;    // the reload took effect (false: another component of the process
+                            // holds the same OpenBLAS, whose choice stays)
+  std::string best;         // the core the plugin asked for (best_core_for_this_cpu)
+  std::string config;       // openblas_get_config()
+};
+
+// Loads OpenBLAS if it is not loaded yet; returns what was loaded.
+const LoadReport& load();
+
+void sgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, float alpha,
+           const float* a, blasint lda, const float* b, blasint ldb, float beta, float* c, blasint ldc);
+void dgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k, double alpha,
+           const double* a, blasint lda, const double* b, blasint ldb, double beta, double* c,
+           blasint ldc);
+int get_num_threads();
+void set_num_threads(int threads);
+
+// The best OpenBLAS core name for this CPU's instruction sets ("SkylakeX", "Haswell"), or empty
+// when it has no AVX2 (or is not x86-64). Exposed for the tests.
+std::string best_core_for_this_cpu();
+
+// Whether an OpenBLAS core name (as openblas_get_corename spells it) uses AVX2 or wider.
+bool core_has_avx2(const std::string& core);
+
+}  // namespace fl::cpu::blas

@@ -80,11 +80,16 @@ Library& library() {
     std::string detected;
     bool replaced = false;
     const std::string best = best_core_for_this_cpu();
-    if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !best.empty() && !core_has_avx2(core)) {
+    // Only a DYNAMIC_ARCH build has other kernel sets to load; one built for a single target
+    // keeps it (reported as not replaced).
+    const bool dynamic = text_of(lib.config).find("DYNAMIC_ARCH") != std::string::npos;
+    if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !best.empty() && !core_has_avx2(core) && dynamic) {
       // OpenBLAS did not know this CPU and fell back to kernels without AVX2: initialise it
       // again with the best core for the CPU's instruction sets. dlclose runs its destructor
       // (its threads stop) when no one else holds it; if someone does, the reopen returns the
       // same instance and its choice stays (reported as such).
+      // setenv/unsetenv race with a getenv of another thread; this runs once, while the
+      // plugin initialises, before any kernel of it runs.
       dlclose(lib.handle);
       setenv("OPENBLAS_CORETYPE", best.c_str(), 0);
       open(lib, path);
@@ -93,6 +98,7 @@ Library& library() {
       core = text_of(lib.corename);
       replaced = core_has_avx2(core);
     }
+    if (!dynamic && !best.empty() && !core_has_avx2(core)) detected = core;  // reported, not replaced
     lib.report = LoadReport{path, core, detected, replaced, best, text_of(lib.config)};
   });
   return lib;

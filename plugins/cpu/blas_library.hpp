@@ -25,9 +25,10 @@ namespace fl::cpu::blas {
 struct LoadReport {
   std::string library;      // the path dlopen was given
   std::string core;         // OpenBLAS's kernel set in use (openblas_get_corename)
-  std::string detected;     // what OpenBLAS chose by itself, when the plugin reloaded it; else empty
-  bool replaced = false;    // the reload took effect (false: another component of the process
-                            // holds the same OpenBLAS, whose choice stays)
+  std::string detected;     // OpenBLAS's own choice when it lacked the AVX2 this CPU has; else empty
+  bool replaced = false;    // the plugin loaded it again with better kernels (false with `detected`
+                            // set: another component holds the same OpenBLAS, or the build has one
+                            // target only, so its choice stays)
   std::string best;         // the core the plugin asked for (best_core_for_this_cpu)
   std::string config;       // openblas_get_config()
 };

@@ -49,9 +49,9 @@ void log_blas(const fl_host_services* host) {
                "OPENBLAS_CORETYPE=" + blas.best + ", as a user would set it)";
     level = FL_LOG_INFO;
   } else if (!blas.detected.empty()) {
-    message += " (without the AVX2 this CPU has; another component of the process holds this OpenBLAS, so the "
-               "plugin could not reload it: set OPENBLAS_CORETYPE=" + blas.best + " before starting, GEMMs run "
-               "several times faster)";
+    message += " (without the AVX2 this CPU has, and the plugin could not load other kernels: another component "
+               "of the process holds this OpenBLAS, or it is built for one target only. Set OPENBLAS_CORETYPE=" +
+               blas.best + " before starting, or install a DYNAMIC_ARCH OpenBLAS: GEMMs run several times faster)";
     level = FL_LOG_WARN;
   }
   host->log(host->user_data, level, message.c_str());

@@ -54,6 +54,20 @@ def test_a_core_the_user_chose_is_kept():
     assert "[torch_fl debug]" in line
 
 
+@pytest.mark.skipif(not {"avx2", "fma"} <= _cpu_flags(), reason="needs an x86-64 CPU with AVX2 and FMA")
+def test_an_openblas_held_by_another_component_is_kept_with_a_warning_naming_the_fix():
+    line = _blas_line({"OPENBLAS_CORETYPE": None})
+    if "OpenBLAS chose" not in line:
+        pytest.skip("OpenBLAS knows this CPU: nothing to replace")
+    library = re.search(r" from (\S+), ", line).group(1)
+    # Loaded before the plugin (as a library linking it would): the plugin's reload returns the
+    # same instance, whose kernels stay.
+    held = _blas_line({"OPENBLAS_CORETYPE": None, "LD_PRELOAD": library})
+    assert "[torch_fl warning]" in held and "could not load other kernels" in held, held
+    assert _kernels(held) not in AVX2_CORES
+    assert re.search(r"Set OPENBLAS_CORETYPE=(\w+)", held).group(1).lower() in AVX2_CORES
+
+
 def test_gemms_after_the_reload_match_torch():
     # The reloaded library computes: an addmm and a backward through it against torch's CPU.
     a, b, bias = torch.randn(257, 300), torch.randn(300, 65), torch.randn(65)

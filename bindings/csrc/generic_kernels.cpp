@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
+#include <ATen/native/TypeProperties.h>
 
 #include <algorithm>
 #include <cmath>
@@ -229,6 +230,43 @@ bool fused_gru_cell_backward(const std::vector<c10::IValue>& in, std::vector<at:
   return true;
 }
 
+// The operands of a pointwise op as ATen's TensorIterator computes with them: each cast to the
+// inputs' common dtype (a bfloat16 self with a float32 0-dim tensor computes in bfloat16), then
+// widened to that dtype's op-math type (float for half and bfloat16).
+std::vector<at::Tensor> pointwise_operands(std::initializer_list<at::Tensor> tensors) {
+  at::native::ResultTypeState state{};
+  for (const at::Tensor& t : tensors) state = at::native::update_result_type_state(t, state);
+  const at::ScalarType common = at::native::result_type(state);
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : tensors) out.push_back(in_acc(t.scalar_type() == common ? t : t.to(common)));
+  return out;
+}
+
+struct LerpWeight {
+  at::Scalar weight;  // the weight as the op-math type holds it
+  bool small;         // |weight| < 0.5
+  at::Scalar rest;    // 1 - weight, in the op-math type
+};
+
+// lerp's Scalar weight converted to the op-math type `op` before the test and 1 - w, as ATen's
+// kernel converts it (a float32 lerp with weight 0.6 takes 0.6f, and 1 - 0.6f, not 0.4).
+LerpWeight lerp_weight(const at::Scalar& weight, at::ScalarType op) {
+  if (op == at::kComplexFloat) {
+    const c10::complex<float> w = weight.toComplexFloat();
+    return {c10::complex<double>(w), std::abs(w) < 0.5f, c10::complex<double>(c10::complex<float>(1.0f) - w)};
+  }
+  if (at::isComplexType(op)) {
+    const c10::complex<double> w = weight.toComplexDouble();
+    return {w, std::abs(w) < 0.5, c10::complex<double>(1.0) - w};
+  }
+  if (op == at::kFloat) {
+    const float w = weight.toFloat();
+    return {static_cast<double>(w), std::abs(w) < 0.5f, static_cast<double>(1.0f - w)};
+  }
+  const double w = weight.toDouble();
+  return {w, std::abs(w) < 0.5, 1.0 - w};
+}
+
 const std::unordered_map<std::string, GenericKernel>& registry() {
   static const std::unordered_map<std::string, GenericKernel> kernels = {
       // addcmul, addcdiv and lerp as ATen's CPU kernels compute them (PointwiseOpsKernel.cpp,
@@ -239,26 +277,23 @@ const std::unordered_map<std::string, GenericKernel>& registry() {
       // self + value * t1 * t2
       {"aten::addcmul.out",
        [](const auto& in, auto& out) {
-         return assign(out[0],
-                       at::add(in_acc(T(in, 0)), at::mul(at::mul(in_acc(T(in, 1)), S(in, 3)), in_acc(T(in, 2)))));
+         const auto x = pointwise_operands({T(in, 0), T(in, 1), T(in, 2)});
+         return assign(out[0], at::add(x[0], at::mul(at::mul(x[1], S(in, 3)), x[2])));
        }},
       // self + value * t1 / t2
       {"aten::addcdiv.out",
        [](const auto& in, auto& out) {
-         return assign(out[0],
-                       at::add(in_acc(T(in, 0)), at::div(at::mul(in_acc(T(in, 1)), S(in, 3)), in_acc(T(in, 2)))));
+         const auto x = pointwise_operands({T(in, 0), T(in, 1), T(in, 2)});
+         return assign(out[0], at::add(x[0], at::div(at::mul(x[1], S(in, 3)), x[2])));
        }},
-      // |weight| < 0.5: self + weight * (end - self); else end - (end - self) * (1 - weight)
+      // |weight| < 0.5: self + weight * (end - self); else end - (end - self) * (1 - weight),
+      // with the weight in the op-math type first, as ATen's kernel takes it.
       {"aten::lerp.Scalar_out",
        [](const auto& in, auto& out) {
          const at::Tensor self = in_acc(T(in, 0)), end = in_acc(T(in, 1));
-         const at::Scalar weight = S(in, 2);
-         const bool small = weight.isComplex() ? std::abs(weight.toComplexDouble()) < 0.5
-                                               : std::abs(weight.toDouble()) < 0.5;
+         const auto [weight, small, rest] = lerp_weight(S(in, 2), self.scalar_type());
          const at::Tensor diff = at::sub(end, self);
          if (small) return assign(out[0], at::add(self, at::mul(diff, weight)));
-         const at::Scalar rest = weight.isComplex() ? at::Scalar(1.0 - weight.toComplexDouble())
-                                                    : at::Scalar(1.0 - weight.toDouble());
          return assign(out[0], at::sub(end, at::mul(diff, rest)));
        }},
       {"aten::lerp.Tensor_out",

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
+#include <vector>
 
 namespace fl::cpu::blas {
 namespace {
@@ -32,37 +33,24 @@ struct Library {
   LoadReport report;
 };
 
-// Where meson found OpenBLAS (its pkg-config libdir), else the soname on the loader's path.
-std::string library_path() {
+// The library's soname, as the linker would look it up (LD_LIBRARY_PATH, Debian's alternatives),
+// then where meson found OpenBLAS at build time.
+std::vector<std::string> library_paths() {
+  std::vector<std::string> paths{"libopenblas.so.0"};
 #ifdef FL_OPENBLAS_LIBRARY
-  if (FILE* f = std::fopen(FL_OPENBLAS_LIBRARY, "rb")) {
-    std::fclose(f);
-    return FL_OPENBLAS_LIBRARY;
-  }
+  paths.emplace_back(FL_OPENBLAS_LIBRARY);
 #endif
-  return "libopenblas.so.0";
+  return paths;
 }
 
 template <class Fn>
 Fn symbol(void* handle, const char* name, const std::string& path) {
   void* address = dlsym(handle, name);
-  if (address == nullptr)
+  if (address == nullptr) {
+    dlclose(handle);
     plugin::raise(FL_ERR_NO_DEVICE, "cpu plugin: " + path + " has no symbol " + name + " (not OpenBLAS?)");
-  return reinterpret_cast<Fn>(address);
-}
-
-void open(Library& lib, const std::string& path) {
-  lib.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (lib.handle == nullptr) {
-    const char* why = dlerror();
-    plugin::raise(FL_ERR_NO_DEVICE, "cpu plugin: cannot load OpenBLAS (" + path + "): " + (why ? why : "unknown"));
   }
-  lib.sgemm = symbol<SgemmFn>(lib.handle, "cblas_sgemm", path);
-  lib.dgemm = symbol<DgemmFn>(lib.handle, "cblas_dgemm", path);
-  lib.get_num_threads = symbol<GetThreadsFn>(lib.handle, "openblas_get_num_threads", path);
-  lib.set_num_threads = symbol<SetThreadsFn>(lib.handle, "openblas_set_num_threads", path);
-  lib.corename = symbol<NameFn>(lib.handle, "openblas_get_corename", path);
-  lib.config = symbol<NameFn>(lib.handle, "openblas_get_config", path);
+  return reinterpret_cast<Fn>(address);
 }
 
 std::string text_of(NameFn fn) {
@@ -70,12 +58,53 @@ std::string text_of(NameFn fn) {
   return text ? text : "";
 }
 
+// Opens the first of `paths` that loads and takes its symbols; returns the path used.
+std::string open(Library& lib, const std::vector<std::string>& paths) {
+  std::string failures;
+  for (const std::string& path : paths) {
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      failures += (failures.empty() ? "" : "; ") + path + ": " + (why ? why : "unknown");
+      continue;
+    }
+    lib.sgemm = symbol<SgemmFn>(handle, "cblas_sgemm", path);
+    lib.dgemm = symbol<DgemmFn>(handle, "cblas_dgemm", path);
+    lib.get_num_threads = symbol<GetThreadsFn>(handle, "openblas_get_num_threads", path);
+    lib.set_num_threads = symbol<SetThreadsFn>(handle, "openblas_set_num_threads", path);
+    lib.corename = symbol<NameFn>(handle, "openblas_get_corename", path);
+    lib.config = symbol<NameFn>(handle, "openblas_get_config", path);
+    // The header's integer width must be the library's (an ILP64 build takes 64-bit sizes).
+    const bool ilp64 = text_of(lib.config).find("USE64BITINT") != std::string::npos;
+    if (ilp64 != (sizeof(blasint) == 8)) {
+      dlclose(handle);
+      plugin::raise(FL_ERR_NO_DEVICE, "cpu plugin: " + path + " is " + (ilp64 ? "an ILP64" : "an LP64") +
+                                          " OpenBLAS, and the plugin was built with " +
+                                          std::to_string(8 * sizeof(blasint)) + "-bit BLAS integers");
+    }
+    lib.handle = handle;
+    return path;
+  }
+  plugin::raise(FL_ERR_NO_DEVICE, "cpu plugin: cannot load OpenBLAS (" + failures + ")");
+}
+
+// Sets an environment variable for a scope; unsets it when the scope ends, also by an exception.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 0); }
+  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+};
+
 Library& library() {
   static Library lib;
   static std::once_flag once;
   std::call_once(once, [] {
-    const std::string path = library_path();
-    open(lib, path);
+    const std::string path = open(lib, library_paths());
     std::string core = text_of(lib.corename);
     std::string detected;
     bool replaced = false;
@@ -91,9 +120,10 @@ Library& library() {
       // setenv/unsetenv race with a getenv of another thread; this runs once, while the
       // plugin initialises, before any kernel of it runs.
       dlclose(lib.handle);
-      setenv("OPENBLAS_CORETYPE", best.c_str(), 0);
-      open(lib, path);
-      unsetenv("OPENBLAS_CORETYPE");
+      {
+        ScopedEnv coretype("OPENBLAS_CORETYPE", best);
+        open(lib, {path});
+      }
       detected = core;
       core = text_of(lib.corename);
       replaced = core_has_avx2(core);

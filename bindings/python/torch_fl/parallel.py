@@ -452,7 +452,7 @@ class HeteroDataParallel:
         split: fixed shard proportions (e.g. [3, 1]) instead of measuring; no calibration.
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: before every step, assert that every replica computing it is bit-identical to the
-            master (the time of the check is left out of the balancer's records).
+            master (the check's time is left out of the balancer's records).
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
             plugin) computes on its shard of a host batch in place instead of a copy of it —
             as nn.DataParallel leaves the shard that is already on its device. A model or loss
@@ -517,6 +517,7 @@ class HeteroDataParallel:
         self.last_device_seconds: list[float | None] = []
         self._stale: set[int] = set()  # replicas that have not yet received the master's last update
         self.timeline: list[dict] | None = None
+        self._checked_seconds = 0.0  # time spent in assert_replicas_identical (debug), not recorded as steps
         self._marks: dict[int, dict[str, float]] = {}  # this step's per-device marks (timeline)
         self._trainable: list[int] = []  # this step's trainable parameter indices
         self._shipped: dict[int, list[torch.Tensor | None]] = {}  # replica -> its gradients on the master
@@ -666,15 +667,19 @@ class HeteroDataParallel:
         so does one that sat the last step out) receives it first: what is checked is the
         state it computes from, so a change made to such a replica by hand is overwritten
         rather than reported (it would be before the replica computed again)."""
-        master = [t.detach().cpu() for t in self._state_tensors(self.module)]
-        for i in (range(len(self.replicas)) if replicas is None else replicas):
-            if self.replicas[i] is self.module:
-                continue
-            if i in self._stale:
-                self._copy_from_master(i)
-            for k, t in enumerate(self._state_tensors(self.replicas[i])):
-                if not torch.equal(t.detach().cpu(), master[k]):
-                    raise AssertionError(f"replica on {self.devices[i]} differs from the master in tensor {k}")
+        start = time.perf_counter()
+        try:
+            master = [t.detach().cpu() for t in self._state_tensors(self.module)]
+            for i in (range(len(self.replicas)) if replicas is None else replicas):
+                if self.replicas[i] is self.module:
+                    continue
+                if i in self._stale:
+                    self._copy_from_master(i)
+                for k, t in enumerate(self._state_tensors(self.replicas[i])):
+                    if not torch.equal(t.detach().cpu(), master[k]):
+                        raise AssertionError(f"replica on {self.devices[i]} differs from the master in tensor {k}")
+        finally:
+            self._checked_seconds += time.perf_counter() - start
 
     # -- one step
 
@@ -853,12 +858,13 @@ class HeteroDataParallel:
             in_parts = _split_batch(inputs, [sizes[i] for i in active])
             tgt_parts = _split_batch(targets, [sizes[i] for i in active])
         if self.debug:  # update the computing replicas here, and check them, before the step
-            checking = time.perf_counter()
+            checked = self._checked_seconds
             self.broadcast([i for i in active if i in self._stale])
             self.assert_replicas_identical(active)
             # The checks (copies of every tensor to the host) are not the step's: the balancer's
             # record of this split leaves them out, so that debug mode splits as it would without.
-            called += time.perf_counter() - checking
+            # The broadcast's copies stay in: without debug, the step pulls those weights.
+            called += self._checked_seconds - checked
         start = time.perf_counter()
         # The step runs with the master's device current, as a plain loop on it would: the
         # optimizer's operators and the loss read-back then need no device switch each.

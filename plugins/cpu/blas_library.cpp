@@ -100,18 +100,46 @@ class ScopedEnv {
   const char* name_;
 };
 
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// The best OpenBLAS core name for this CPU's instruction sets ("SkylakeX", "Haswell"), or empty
+// when it has no AVX2 (or is not x86-64).
+std::string best_core_for_this_cpu() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+#endif
+  return "";
+}
+
+bool core_has_avx2(const std::string& core) {
+  // OpenBLAS's x86-64 kernel sets with AVX2 or AVX-512 (as openblas_get_corename spells them,
+  // in any case); every other one (Prescott, Core2, Nehalem, Sandybridge, Bulldozer...) has not.
+  static const char* const kAvx2Cores[] = {"haswell", "zen", "excavator", "skylakex", "cooperlake",
+                                           "sapphirerapids"};
+  const std::string name = lower(core);
+  return std::any_of(std::begin(kAvx2Cores), std::end(kAvx2Cores), [&](const char* c) { return name == c; });
+}
+
 Library& library() {
   static Library lib;
   static std::once_flag once;
   std::call_once(once, [] {
     const std::string path = open(lib, library_paths());
+    const std::string config = text_of(lib.config);
     std::string core = text_of(lib.corename);
     std::string detected;
     bool replaced = false;
     const std::string best = best_core_for_this_cpu();
     // Only a DYNAMIC_ARCH build has other kernel sets to load; one built for a single target
     // keeps it (reported as not replaced).
-    const bool dynamic = text_of(lib.config).find("DYNAMIC_ARCH") != std::string::npos;
+    const bool dynamic = config.find("DYNAMIC_ARCH") != std::string::npos;
     if (std::getenv("OPENBLAS_CORETYPE") == nullptr && !best.empty() && !core_has_avx2(core) && dynamic) {
       // OpenBLAS did not know this CPU and fell back to kernels without AVX2: initialise it
       // again with the best core for the CPU's instruction sets. dlclose runs its destructor
@@ -129,14 +157,9 @@ Library& library() {
       replaced = core_has_avx2(core);
     }
     if (!dynamic && !best.empty() && !core_has_avx2(core)) detected = core;  // reported, not replaced
-    lib.report = LoadReport{path, core, detected, replaced, best, text_of(lib.config)};
+    lib.report = LoadReport{path, core, detected, replaced, best, text_of(lib.config)};  // config: after any reload
   });
   return lib;
-}
-
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
 }
 
 }  // namespace
@@ -157,25 +180,5 @@ void dgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint
 int get_num_threads() { return library().get_num_threads(); }
 
 void set_num_threads(int threads) { library().set_num_threads(threads); }
-
-std::string best_core_for_this_cpu() {
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-    return "SkylakeX";
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
-#endif
-  return "";
-}
-
-bool core_has_avx2(const std::string& core) {
-  // OpenBLAS's x86-64 kernel sets with AVX2 or AVX-512 (as openblas_get_corename spells them,
-  // in any case); every other one (Prescott, Core2, Nehalem, Sandybridge, Bulldozer...) has not.
-  static const char* const kAvx2Cores[] = {"haswell", "zen", "excavator", "skylakex", "cooperlake",
-                                           "sapphirerapids"};
-  const std::string name = lower(core);
-  return std::any_of(std::begin(kAvx2Cores), std::end(kAvx2Cores), [&](const char* c) { return name == c; });
-}
 
 }  // namespace fl::cpu::blas

@@ -17,7 +17,9 @@
 
 #include <cblas.h>
 
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
 namespace fl::cpu::blas {
 
@@ -44,11 +46,16 @@ void dgemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint
 int get_num_threads();
 void set_num_threads(int threads);
 
-// The best OpenBLAS core name for this CPU's instruction sets ("SkylakeX", "Haswell"), or empty
-// when it has no AVX2 (or is not x86-64). Exposed for the tests.
-std::string best_core_for_this_cpu();
-
-// Whether an OpenBLAS core name (as openblas_get_corename spells it) uses AVX2 or wider.
-bool core_has_avx2(const std::string& core);
+// Row-major c = alpha * op(a) @ op(b) + beta * c for float or double, sizes as the kernels hold
+// them (int64_t; BLAS takes blasint).
+template <class T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  const auto i = [](int64_t v) { return static_cast<blasint>(v); };
+  if constexpr (std::is_same_v<T, float>)
+    sgemm(ta, tb, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
+  else
+    dgemm(ta, tb, i(m), i(n), i(k), alpha, a, i(lda), b, i(ldb), beta, c, i(ldc));
+}
 
 }  // namespace fl::cpu::blas

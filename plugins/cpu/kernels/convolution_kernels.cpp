@@ -74,17 +74,6 @@ ConvGeometry conv_geometry(const char* op, const Args& args, const TensorDesc& i
   return g;
 }
 
-template <class T>
-void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
-          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    blas::sgemm(ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
-                (blasint)ldc);
-  else
-    blas::dgemm(ta, tb, (blasint)m, (blasint)n, (blasint)k, alpha, a, (blasint)lda, b, (blasint)ldb, beta, c,
-                (blasint)ldc);
-}
-
 // col[(c*kh + i)*kw + j][oy*ow + ox] = img[c][oy*sh - ph + i*dh][ox*sw - pw + j*dw] (0 outside)
 template <class T>
 void im2col(const ConvGeometry& g, const T* img, T* col) {
@@ -148,7 +137,7 @@ void conv_forward(const ConvGeometry& g, const T* input, const T* weight, const 
           for (int64_t p = 0; p < g.out_plane(); ++p) dst[c * g.out_plane() + p] = bias[grp * cgo + c];
         beta = T(1);
       }
-      gemm<T>(CblasNoTrans, CblasNoTrans, cgo, g.out_plane(), g.col_rows(), T(1), weight + grp * cgo * g.col_rows(),
+      blas::gemm<T>(CblasNoTrans, CblasNoTrans, cgo, g.out_plane(), g.col_rows(), T(1), weight + grp * cgo * g.col_rows(),
               g.col_rows(), cols, g.out_plane(), beta, dst, g.out_plane());
     }
 }
@@ -167,9 +156,9 @@ void conv_backward(const ConvGeometry& g, const T* grad_out, const T* input, con
       if (grad_in) {
         T* gin = grad_in + (n * g.c_in + grp * cgi) * g.in_plane();
         if (g.pointwise()) {
-          gemm<T>(CblasTrans, CblasNoTrans, rows, plane, cgo, T(1), w, rows, gout, plane, T(0), gin, plane);
+          blas::gemm<T>(CblasTrans, CblasNoTrans, rows, plane, cgo, T(1), w, rows, gout, plane, T(0), gin, plane);
         } else {
-          gemm<T>(CblasTrans, CblasNoTrans, rows, plane, cgo, T(1), w, rows, gout, plane, T(0), col.data(), plane);
+          blas::gemm<T>(CblasTrans, CblasNoTrans, rows, plane, cgo, T(1), w, rows, gout, plane, T(0), col.data(), plane);
           col2im(g, col.data(), gin);
         }
       }
@@ -180,7 +169,7 @@ void conv_backward(const ConvGeometry& g, const T* grad_out, const T* input, con
           im2col(g, img, col.data());
           cols = col.data();
         }
-        gemm<T>(CblasNoTrans, CblasTrans, cgo, rows, plane, T(1), gout, plane, cols, plane, T(1),
+        blas::gemm<T>(CblasNoTrans, CblasTrans, cgo, rows, plane, T(1), gout, plane, cols, plane, T(1),
                 grad_w + grp * cgo * rows, rows);
       }
     }

@@ -33,17 +33,6 @@ struct BatchView {
   int64_t batch_stride = 0;
 };
 
-template <class T>
-void gemm_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, T alpha,
-               const T* a, int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
-  if constexpr (std::is_same_v<T, float>)
-    blas::sgemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-  else
-    blas::dgemm(ta, tb, static_cast<blasint>(m), static_cast<blasint>(n), static_cast<blasint>(k), alpha, a,
-                static_cast<blasint>(lda), b, static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
-}
-
 // How BLAS reads a matrix: as is (NoTrans, ld = row stride), transposed (Trans, ld = column
 // stride), or not at all (needs a contiguous copy).
 struct BlasOperand {
@@ -84,7 +73,7 @@ void batched_gemm(const BatchView& a, const BatchView& b, char* out, int64_t bat
     mb.data += static_cast<int64_t>(sizeof(T)) * i * b.batch_stride;
     BlasOperand oa = blas_operand<T>(ma, scratch_a);
     BlasOperand ob = blas_operand<T>(mb, scratch_b);
-    gemm_call<T>(oa.trans, ob.trans, m, n, k, alpha, static_cast<const T*>(oa.data), oa.ld,
+    blas::gemm<T>(oa.trans, ob.trans, m, n, k, alpha, static_cast<const T*>(oa.data), oa.ld,
                  static_cast<const T*>(ob.data), ob.ld, beta, ci, n);
   }
 }

@@ -196,7 +196,9 @@ both_plugins_env() {
 }
 
 cpu_plugin_blas() {  # the CPU plugin's OpenBLAS and the kernel set it runs (its init log line)
-  FL_LOG_LEVEL=debug "$PY" -c "import torch_fl" 2>&1 | grep "cpu plugin: OpenBLAS" || echo "cpu plugin: no OpenBLAS line"
+  # The plugins load when torch_fl first needs its devices, not at import.
+  FL_LOG_LEVEL=debug "$PY" -c "import torch, torch_fl; torch.fl.device_count()" 2>&1 | grep "cpu plugin: OpenBLAS" \
+    || echo "cpu plugin: no OpenBLAS line"
 }
 
 first_device_of() {  # first_device_of PLUGIN -> fl:N

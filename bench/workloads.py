@@ -89,6 +89,30 @@ def cnn_training(device: str, batch_size: int = 64, steps: int = 60) -> dict:
     return {f"digits CNN train b={batch_size} (samples/s)": batch_size * steps / seconds}
 
 
+def wide_step(device: str, batch_size: int = 4096):
+    """One forward/backward of the wide tabular MLP (examples/wide_tabular.py) on a batch already
+    on the device, as a closure: the GEMMs of the heterogeneous example's host device."""
+    from wide_tabular import WideMLP
+
+    torch.manual_seed(0)
+    model = WideMLP().to(device)
+    x = torch.randn(batch_size, 2048, device=device)
+    y = torch.randint(0, 10, (batch_size,), device=device)
+
+    def step():
+        for p in model.parameters():
+            p.grad = None
+        F.cross_entropy(model(x), y).backward()
+
+    return step
+
+
+def wide_forward_backward(device: str, batch_size: int = 4096, steps: int = 10) -> dict:
+    """Samples/s of the wide MLP's forward/backward."""
+    seconds = _timed_steps(wide_step(device, batch_size), device, 2, steps)
+    return {f"wide MLP fwd+bwd b={batch_size} (samples/s)": batch_size * steps / seconds}
+
+
 class _Block(nn.Module):
     def __init__(self, cin: int, width: int, stride: int):
         super().__init__()
@@ -239,4 +263,5 @@ WORKLOADS = {
     "resnet50": resnet50_training,
     "gpt2": gpt2_training,
     "gemm": gemm_and_bandwidth,
+    "wide": wide_forward_backward,
 }

@@ -69,7 +69,7 @@ def test_an_openblas_held_by_another_component_is_kept_with_a_warning_naming_the
 
 
 def test_gemms_after_the_reload_match_torch():
-    # The reloaded library computes: an addmm and a backward through it against torch's CPU.
+    # The reloaded library computes: a float32 addmm and a float64 matmul against torch's CPU.
     a, b, bias = torch.randn(257, 300), torch.randn(300, 65), torch.randn(65)
     fa, fb, fbias = (t.to("fl:0") for t in (a, b, bias))
     torch.testing.assert_close(torch.addmm(fbias, fa, fb).cpu(), torch.addmm(bias, a, b), rtol=1e-5, atol=1e-4)

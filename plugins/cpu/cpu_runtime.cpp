@@ -93,7 +93,8 @@ void Runtime::init(const char* options) {
     if (env != nullptr && *env != '\0') access = env;
   }
   const bool host_accessible = access.empty() || parse_integer(access, "host_accessible") != 0;
-  // threads=N (or FL_CPU_THREADS): the BLAS threads the kernels use; without it, OpenBLAS's
+  // threads=N (or FL_CPU_THREADS): the threads the kernels use (OpenBLAS's and the plugin's
+  // own loops, kernel_team); without it, OpenBLAS's
   // own count (all cores, or OPENBLAS_NUM_THREADS). Beside other devices of the process,
   // fewer leave cores to the threads that feed those devices: OpenBLAS splits a GEMM evenly
   // over its threads, so one thread that shares a core with another busy thread holds the
@@ -119,6 +120,7 @@ void Runtime::init(const char* options) {
   runtime->host_accessible_ = host_accessible;
   runtime->host_threads_ = host_threads;
   runtime->copier_ = std::make_unique<plugin::ParallelCopy>(std::min(host_threads, kCopyThreads));
+  runtime->kernel_team_ = std::make_unique<plugin::ParallelFor>(host_threads);
   blas::set_num_threads(host_threads);
   instance() = std::move(runtime);
 }

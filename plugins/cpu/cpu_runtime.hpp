@@ -3,6 +3,7 @@
 #pragma once
 
 #include <parallel_copy.hpp>
+#include <parallel_for.hpp>
 #include "stream_queue.hpp"
 
 #include <fl_abi.h>
@@ -60,6 +61,8 @@ class Runtime {
   // Splits large memcpys over a few threads (min(threads, kCopyThreads)).
   plugin::ParallelCopy& copier() { return *copier_; }
   static constexpr int32_t kCopyThreads = 8;
+  // Splits the kernels' own loops (elementwise, softmax, reductions) over `host_threads()`.
+  plugin::ParallelFor& kernel_team() { return *kernel_team_; }
 
   // Resolves a stream handle (NULL = the device's default stream, created lazily).
   StreamQueue& stream(int32_t device, fl_stream_t handle);
@@ -79,6 +82,7 @@ class Runtime {
   Runtime(int32_t devices, uint64_t seed);
 
   std::unique_ptr<plugin::ParallelCopy> copier_;  // declared before devices_: outlives their streams
+  std::unique_ptr<plugin::ParallelFor> kernel_team_;  // likewise
   std::vector<std::unique_ptr<Device>> devices_;
   uint64_t total_memory_ = 0;
   int32_t host_threads_ = 1;

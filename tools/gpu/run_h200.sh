@@ -38,6 +38,10 @@
 #                 adds arguments (e.g. "--granularity 1024", "--ema 0.1"); each run's steps and balancer
 #                 records go to $OUT/hetero_target_run<k>.json (the example's --history)
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
+#   cpu_plugin    the CPU plugin on this host alone: its OpenBLAS line, bench/compare.py against torch's
+#                 CPU (FL_CPU_COMPARE_WORKLOADS, default "wide gemm cnn"), the wide MLP's op profile
+#                 at 4096 rows, and the same with the OpenBLAS carried in .devdeps preloaded (the
+#                 library the plugin ran before it loaded OpenBLAS itself: which kernels it chose here)
 #   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count
 #   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
 #   interference  bench/interference.py (what each device's pass loses beside the other's loads)
@@ -313,6 +317,26 @@ step_hetero_target() {
       --model wide --batch-size "$batch" --samples "$samples" --epochs "$epochs" --pin \
       --history "$OUT/hetero_target_run$k.json" ${FL_HETERO_TARGET_ARGS:-} || rc=1
   done
+  return $rc
+}
+
+step_cpu_plugin() {
+  both_plugins_env
+  local rc=0 cpu old_blas
+  cpu="$(first_device_of cpu)"
+  cpu_plugin_blas
+  lscpu | grep -E "^Model name|^CPU\(s\)|^Thread|^NUMA node\(s\)" || true
+  # shellcheck disable=SC2086
+  timeout 300 "$PY" bench/compare.py --native cpu --fl "$cpu" --workloads ${FL_CPU_COMPARE_WORKLOADS:-wide gemm cnn} \
+    --json "$OUT/cpu_compare.json" || rc=1
+  timeout 120 "$PY" bench/shard_scaling.py --device "$cpu" --workload wide --sizes 1024 4096 --profile || rc=1
+  old_blas="$(find /opt/fldeps -name 'libopenblas.so.0' -path '*openblas-pthread*' | head -1)"
+  if [[ -n "$old_blas" ]]; then
+    echo "== with $old_blas preloaded"
+    LD_PRELOAD="$old_blas" FL_LOG_LEVEL=debug "$PY" -c "import torch, torch_fl; torch.fl.device_count()" 2>&1 \
+      | grep "OpenBLAS" || true
+    LD_PRELOAD="$old_blas" timeout 120 "$PY" bench/shard_scaling.py --device "$cpu" --workload wide --sizes 1024 4096 || rc=1
+  fi
   return $rc
 }
 

@@ -1,5 +1,7 @@
 #include "elementwise_engine.hpp"
 
+#include "parallel_loop.hpp"
+
 #include <algorithm>
 #include <cstring>
 
@@ -199,22 +201,37 @@ void run_elementwise(const ElementwisePlan& p) {
   // case; a host scalar never advances.
   int64_t row_strides[kMaxOperands];
   for (int o = 0; o <= p.num_inputs; ++o) row_strides[o] = p.host_scalar[o] ? 0 : p.strides[o][0];
-  int64_t index[kMaxDims] = {};
-  char* ptrs[kMaxOperands];
-  for (;;) {
-    for (int o = 0; o <= p.num_inputs; ++o) {
-      char* ptr = base[o];
-      for (int d = 1; d < p.ndim; ++d) ptr += index[d] * p.strides[o][d];
-      ptrs[o] = ptr;
-    }
-    run_row(p, ptrs, row_strides, p.shape[0]);
-    int d = 1;
-    for (; d < p.ndim; ++d) {
-      if (++index[d] < p.shape[d]) break;
-      index[d] = 0;
-    }
-    if (d >= p.ndim) return;
+  const int64_t rows = p.numel / p.shape[0];
+  if (rows == 1) {
+    // One row (every contiguous operand coalesces to one): split it.
+    parallel_for(p.shape[0], kParallelGrain, [&](int64_t begin, int64_t end) {
+      char* ptrs[kMaxOperands];
+      for (int o = 0; o <= p.num_inputs; ++o) ptrs[o] = base[o] + begin * row_strides[o];
+      run_row(p, ptrs, row_strides, end - begin);
+    });
+    return;
   }
+  // Several rows: split the rows, each part walking its own from the index of its first.
+  parallel_for(rows, std::max<int64_t>(1, kParallelGrain / p.shape[0]), [&](int64_t begin, int64_t end) {
+    int64_t index[kMaxDims] = {};
+    for (int64_t r = begin, d = 1; d < p.ndim; ++d) {
+      index[d] = r % p.shape[d];
+      r /= p.shape[d];
+    }
+    char* ptrs[kMaxOperands];
+    for (int64_t r = begin; r < end; ++r) {
+      for (int o = 0; o <= p.num_inputs; ++o) {
+        char* ptr = base[o];
+        for (int d = 1; d < p.ndim; ++d) ptr += index[d] * p.strides[o][d];
+        ptrs[o] = ptr;
+      }
+      run_row(p, ptrs, row_strides, p.shape[0]);
+      for (int d = 1; d < p.ndim; ++d) {
+        if (++index[d] < p.shape[d]) break;
+        index[d] = 0;
+      }
+    }
+  });
 }
 
 void submit_elementwise(const fl_kernel_call* call, const ElementwisePlan& plan) {

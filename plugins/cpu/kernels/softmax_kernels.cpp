@@ -2,8 +2,10 @@
 // Inputs arrive contiguous (no FL_KERNEL_STRIDED_INPUTS). Math in float for float32 and the
 // 16-bit floats, double for float64; half_to_float (16-bit in, float32 out) is handled.
 #include "kernel_table.hpp"
+#include "parallel_loop.hpp"
 #include "tensor_desc.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -27,12 +29,20 @@ SoftmaxShape softmax_shape(const TensorDesc& t, int64_t dim) {
   return s;
 }
 
+// Rows per part: about 4096 elements each, an eighth of a simple loop's grain, as every element
+// costs an exp (libm's, about 10 ns here: a 4096 x 10 log_softmax took 0.4 ms on one thread).
+int64_t rows_grain(const SoftmaxShape& s) {
+  return std::max<int64_t>(1, kParallelGrain / 8 / std::max<int64_t>(s.dim, 1));
+}
+
 template <class TIn, class TOut, bool Log>
 void softmax_forward(const SoftmaxShape& s, const TIn* in, TOut* out) {
   using C = opmath_t<TIn>;
-  std::vector<C> row(static_cast<size_t>(s.dim));
-  for (int64_t o = 0; o < s.outer; ++o)
-    for (int64_t i = 0; i < s.inner; ++i) {
+  // One row per (outer, inner) pair, split over the threads; each row's math is unchanged.
+  parallel_for(s.outer * s.inner, rows_grain(s), [&](int64_t begin, int64_t end) {
+    std::vector<C> row(static_cast<size_t>(s.dim));
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t o = r / s.inner, i = r % s.inner;
       const TIn* x = in + o * s.dim * s.inner + i;
       TOut* y = out + o * s.dim * s.inner + i;
       C max = -INFINITY;
@@ -52,14 +62,16 @@ void softmax_forward(const SoftmaxShape& s, const TIn* in, TOut* out) {
           y[d * s.inner] = convert<TOut>(std::exp(row[static_cast<size_t>(d)] - max) * inv);
       }
     }
+  });
 }
 
 // softmax: gi = y * (g - sum(g * y)); log_softmax: gi = g - exp(y) * sum(g)
 template <class T, bool Log>
 void softmax_backward(const SoftmaxShape& s, const T* grad, const T* output, T* gi) {
   using C = opmath_t<T>;
-  for (int64_t o = 0; o < s.outer; ++o)
-    for (int64_t i = 0; i < s.inner; ++i) {
+  parallel_for(s.outer * s.inner, rows_grain(s), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t o = r / s.inner, i = r % s.inner;
       int64_t base = o * s.dim * s.inner + i;
       C acc = 0;
       for (int64_t d = 0; d < s.dim; ++d) {
@@ -72,6 +84,7 @@ void softmax_backward(const SoftmaxShape& s, const T* grad, const T* output, T* 
         gi[base + d * s.inner] = convert<T>(Log ? g - std::exp(y) * acc : y * (g - acc));
       }
     }
+  });
 }
 
 void check_same_shape(const char* op, const TensorDesc& a, const TensorDesc& b) {

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace fl::cpu::blas {
@@ -127,10 +128,21 @@ bool core_has_avx2(const std::string& core) {
   return std::any_of(std::begin(kAvx2Cores), std::end(kAvx2Cores), [&](const char* c) { return name == c; });
 }
 
+constexpr int kThreadTimeout = 4;  // OpenBLAS's least: about 16 cycles
+
 Library& library() {
   static Library lib;
   static std::once_flag once;
   std::call_once(once, [] {
+    // OpenBLAS's idle threads spin for 2^OPENBLAS_THREAD_TIMEOUT cycles (default 2^28, about
+    // 0.1 s) before they sleep. A training step calls a GEMM every few milliseconds, so they
+    // never slept: on the H200 machine they held the cores the plugin's own loops (ParallelFor)
+    // and the other devices' feeding threads needed. Unless the user chose, they sleep after
+    // 2^kThreadTimeout cycles; waking them costs tens of microseconds per GEMM.
+    std::optional<ScopedEnv> spin;
+    if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr)
+      spin.emplace("OPENBLAS_THREAD_TIMEOUT", std::to_string(kThreadTimeout));
+    const std::string timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
     const std::string path = open(lib, library_paths());
     const std::string config = text_of(lib.config);
     std::string core = text_of(lib.corename);
@@ -157,7 +169,8 @@ Library& library() {
       replaced = core_has_avx2(core);
     }
     if (!dynamic && !best.empty() && !core_has_avx2(core)) detected = core;  // reported, not replaced
-    lib.report = LoadReport{path, core, detected, replaced, best, text_of(lib.config)};  // config: after any reload
+    lib.report = LoadReport{path, core, detected, replaced, best, text_of(lib.config),  // config: after any reload
+                            timeout, spin.has_value()};
   });
   return lib;
 }

@@ -11,6 +11,9 @@
 // OPENBLAS_CORETYPE set to the best core this CPU runs: SkylakeX (AVX-512 F/BW/VL/DQ) or Haswell
 // (AVX2, FMA). A core OpenBLAS chose knowingly is never replaced.
 //
+// Its idle threads sleep almost at once (OPENBLAS_THREAD_TIMEOUT=4 unless the user set it)
+// instead of spinning for about 0.1 s after each GEMM: see library() in blas_library.cpp.
+//
 // Thread-safety: every function may be called from any thread; the first call loads the
 // library (once per process), and a failure to load is thrown as plugin::raise(FL_ERR_NO_DEVICE).
 #pragma once
@@ -33,6 +36,8 @@ struct LoadReport {
                             // target only, so its choice stays)
   std::string best;         // the core the plugin asked for (best_core_for_this_cpu)
   std::string config;       // openblas_get_config()
+  std::string thread_timeout;       // OPENBLAS_THREAD_TIMEOUT as the library was loaded with it
+  bool thread_timeout_set = false;  // by the plugin (the user had not set it)
 };
 
 // Loads OpenBLAS if it is not loaded yet; returns what was loaded.

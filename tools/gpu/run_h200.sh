@@ -42,6 +42,9 @@
 #                 CPU (FL_CPU_COMPARE_WORKLOADS, default "wide gemm cnn"), the wide MLP's op profile
 #                 at 4096 rows, and the same with the OpenBLAS carried in .devdeps preloaded (the
 #                 library the plugin ran before it loaded OpenBLAS itself: which kernels it chose here)
+#   blas_spin     the CPU plugin alone per OPENBLAS_THREAD_TIMEOUT in FL_BLAS_TIMEOUTS (default "4 16 28";
+#                 the plugin sets 4 unless the user did, OpenBLAS's own default is 28): compare.py
+#                 against torch's CPU on the wide MLP and its op profile at 4096 rows
 #   pair_wide     bench/hetero.py on the wide MLP per CPU-plugin thread count
 #   host_bandwidth  bench/host_bandwidth.py: host copies beside pageable copies to the GPU
 #   interference  bench/interference.py (what each device's pass loses beside the other's loads)
@@ -337,6 +340,20 @@ step_cpu_plugin() {
       | grep "OpenBLAS" || true
     LD_PRELOAD="$old_blas" timeout 120 "$PY" bench/shard_scaling.py --device "$cpu" --workload wide --sizes 1024 4096 || rc=1
   fi
+  return $rc
+}
+
+step_blas_spin() {
+  both_plugins_env
+  local rc=0 cpu t
+  cpu="$(first_device_of cpu)"
+  for t in ${FL_BLAS_TIMEOUTS:-4 16 28}; do
+    echo "== OPENBLAS_THREAD_TIMEOUT=$t"
+    OPENBLAS_THREAD_TIMEOUT=$t timeout 200 "$PY" bench/compare.py --native cpu --fl "$cpu" --workloads wide \
+      --json "$OUT/cpu_compare_spin$t.json" || rc=1
+    OPENBLAS_THREAD_TIMEOUT=$t timeout 120 "$PY" bench/shard_scaling.py --device "$cpu" --workload wide \
+      --sizes 1024 4096 --profile || rc=1
+  done
   return $rc
 }
 

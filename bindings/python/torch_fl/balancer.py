@@ -150,10 +150,17 @@ class ThroughputBalancer:
     # -- model updates
 
     def calibrate(self, device: int, points: Sequence[tuple[int, float]], transfer_s: float = 0.0) -> None:
-        """Fits a_i and b_i to (shard size, seconds) measurements of device `device` alone."""
-        ns = [float(n) for n, _ in points]
-        ts = [float(t) for _, t in points]
-        a, b = fit_line(points)
+        """Fits a_i and b_i to (shard size, seconds) measurements of device `device` alone,
+        through the fastest pass of each size: a stall or a cold cache only ever adds time, and
+        one slow pass in a fit of all of them read as a fixed cost (on the H200 a CPU-plugin
+        device was fitted 20 ms per step, about 20 times its real one, and the model then never
+        gave it rows)."""
+        fastest: dict[float, float] = {}
+        for n, t in points:
+            fastest[float(n)] = min(float(t), fastest.get(float(n), math.inf))
+        ns = list(fastest)
+        ts = [fastest[n] for n in ns]
+        a, b = fit_line(list(fastest.items()))
         if b <= 0:  # the time did not grow with the shard: it is (nearly) all fixed cost
             mean_n, mean_t = sum(ns) / len(ns), sum(ts) / len(ts)
             b = 0.01 * mean_t / max(mean_n, 1.0)
@@ -166,7 +173,7 @@ class ThroughputBalancer:
         self.transfer[device] = max(float(transfer_s), 0.0)
         self.slowdown[device] = 1.0
         largest = max(ns)
-        alone = [t for n, t in zip(ns, ts) if n == largest]
+        alone = [float(t) for n, t in points if float(n) == largest]
         key = self._key([device])
         if key not in self.measured:  # the device alone, as calibrated, until real steps say more
             self.measured[key] = (sorted(alone)[len(alone) // 2] + self.transfer[device]) / largest
@@ -336,6 +343,24 @@ class ThroughputBalancer:
             move //= 2
         return sizes
 
+    def _with_every_device(self, sizes: list[int], granularity: int) -> list[int] | None:
+        """`sizes` with one granularity piece (and min_rows) for each device it leaves out,
+        taken from the largest shard; None when it has every device, or the batch has too few
+        rows to give each a piece."""
+        missing = [i for i, n in enumerate(sizes) if n <= 0]
+        if not missing:
+            return None
+        batch = sum(sizes)
+        piece = max(1, min(int(granularity), batch), self.min_rows)
+        if batch < piece * self.num_devices:
+            return None
+        trial = list(sizes)
+        for i in missing:
+            largest = max(range(self.num_devices), key=lambda k: trial[k])
+            trial[largest] -= piece
+            trial[i] = piece
+        return trial
+
     def fastest_alone(self) -> int | None:
         """The device with the lowest measured time per sample alone (None before calibration)."""
         alone = [(self.measured[self._key([i])], i) for i in range(self.num_devices)
@@ -352,7 +377,10 @@ class ThroughputBalancer:
         return sizes
 
     def _choose(self, batch_size: int, granularity: int = 1, count: bool = True) -> list[int]:
-        """The split to run next. Candidates: the model's split, and each device alone.
+        """The split to run next. Candidates: the model's split, each device alone, and every
+        device together when the model's split leaves one out (the smallest such split,
+        _with_every_device: the model is fitted to calibrated passes, and a real step is what
+        says whether a device adds throughput).
         Normally the candidate whose device set measured the lowest time per sample (the
         model's split is tried as soon as its set has no record); every `probe_every`-th plan
         instead runs, for one step, the candidate whose record is oldest, so that every
@@ -367,6 +395,9 @@ class ThroughputBalancer:
             alone = [0] * self.num_devices
             alone[i] = batch_size
             candidates.setdefault(self._key([i]), alone)
+        everyone = self._with_every_device(model, granularity)
+        if everyone is not None:
+            candidates.setdefault(self._key(range(self.num_devices)), everyone)
         self._candidates = list(candidates)
         if len(candidates) == 1:
             return model
@@ -392,6 +423,16 @@ class ThroughputBalancer:
             due = [k for k in candidates
                    if (k in self.recheck or k in calibrated_only) and self.measured.get(k) != best_seen]
             self.recheck.clear()
+            # A candidate that never ran and has no record (every device together, when the
+            # model leaves one out) is tried once, as soon as the best has run; after that the
+            # probe clock paces it, and a loss counts towards its backoff.
+            untried = [k for k in candidates
+                       if best_ran and k not in self.measured and k not in self.last_probe and k != next(iter(candidates))]
+            if untried:
+                key = untried[0]
+                self.probing = True
+                self.last_probe[key] = self.plans
+                return candidates[key]
             if due:
                 key = min(due, key=self.measured.__getitem__)
                 self.probing = self.rechecking = True

@@ -16,6 +16,7 @@
 #include <plugin_library.h>
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
@@ -175,6 +176,16 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   const bool aliasing_ok = entry->flags & FL_KERNEL_ALIASING_OK;
   for (auto& t : targets) {
     if (!t.defined()) continue;
+    if (aliasing_ok) {
+      // A kernel that writes its output while it reads its inputs (in place, element for
+      // element) cannot be given one whose elements overlap each other or an input's other
+      // elements (x[1:].add_(x[:-1]), a.add_(a.t())): its result would depend on the order
+      // of its loop, which a plugin may split over threads. TensorIterator refuses these on
+      // ATen's devices; the meta pass ran on meta tensors and checked nothing.
+      at::assert_no_internal_overlap(t);
+      for (const auto& v : inputs)
+        if (v.isTensor() && v.toTensor().defined()) at::assert_no_partial_overlap(t, v.toTensor());
+    }
     bool temp = !strided_out && !t.is_contiguous();
     if (!aliasing_ok) {
       for (const auto& v : inputs)

@@ -22,8 +22,9 @@ class ParallelCopy {
   ParallelCopy& operator=(const ParallelCopy&) = delete;
 
   // memmove(dst, src, size); copies of at least kMinParallelBytes between regions that do not
-  // overlap are split into equal chunks of at least kMinChunkBytes, one per thread (the caller
-  // takes one). Thread-safe: concurrent callers (two streams) take turns.
+  // overlap are split into near-equal chunks of at least kMinChunkBytes (ParallelFor: up to
+  // kChunksPerThread per thread, the caller taking its share). Thread-safe: concurrent callers
+  // (two streams) take turns.
   void copy(void* dst, const void* src, size_t size);
 
   static constexpr size_t kMinParallelBytes = size_t{4} << 20;

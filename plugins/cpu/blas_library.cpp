@@ -9,7 +9,6 @@
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 namespace fl::cpu::blas {
@@ -89,17 +88,36 @@ std::string open(Library& lib, const std::vector<std::string>& paths) {
   plugin::raise(FL_ERR_NO_DEVICE, "cpu plugin: cannot load OpenBLAS (" + failures + ")");
 }
 
-// Sets an environment variable for a scope; unsets it when the scope ends, also by an exception.
+// Sets an environment variable for a scope when the user has not set it, and unsets what it
+// set when the scope ends (also by an exception); a user's value is left as it is.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { setenv(name, value.c_str(), 0); }
-  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const char* name, const std::string& value)
+      : name_(name), set_(std::getenv(name) == nullptr && setenv(name, value.c_str(), 0) == 0) {}
+  ~ScopedEnv() {
+    if (set_) unsetenv(name_);
+  }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
+  bool set() const { return set_; }
 
  private:
   const char* name_;
+  bool set_;
 };
+
+// Whether one of `paths` is loaded in the process already (by the dynamic linker for another
+// library, LD_PRELOAD, numpy...): dlopen then returns that instance, initialised with the
+// environment it saw.
+bool loaded_already(const std::vector<std::string>& paths) {
+  for (const std::string& path : paths) {
+    if (void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+      dlclose(handle);
+      return true;
+    }
+  }
+  return false;
+}
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -138,12 +156,19 @@ Library& library() {
     // 0.1 s) before they sleep. A training step calls a GEMM every few milliseconds, so they
     // never slept: on the H200 machine they held the cores the plugin's own loops (ParallelFor)
     // and the other devices' feeding threads needed. Unless the user chose, they sleep after
-    // 2^kThreadTimeout cycles; waking them costs tens of microseconds per GEMM.
-    std::optional<ScopedEnv> spin;
-    if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr)
-      spin.emplace("OPENBLAS_THREAD_TIMEOUT", std::to_string(kThreadTimeout));
-    const std::string timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
-    const std::string path = open(lib, library_paths());
+    // 2^kThreadTimeout cycles; waking them costs tens of microseconds per GEMM. An OpenBLAS
+    // loaded before the plugin has read its environment already: reported as not applied.
+    // setenv/unsetenv race with a getenv of another thread; this runs once per process, while
+    // the plugin initialises, before any kernel of it runs.
+    const std::vector<std::string> paths = library_paths();
+    const bool preloaded = loaded_already(paths);
+    const char* user_timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+    std::string timeout = user_timeout ? std::string(user_timeout) + " (the user's)" : "";
+    ScopedEnv spin("OPENBLAS_THREAD_TIMEOUT", std::to_string(kThreadTimeout));
+    if (spin.set()) timeout = std::to_string(kThreadTimeout) + " (set by the plugin)";
+    if (preloaded) timeout = "not set by the plugin (OpenBLAS was loaded before it)";
+    else if (timeout.empty()) timeout = "OpenBLAS's default (the plugin could not set it)";
+    const std::string path = open(lib, paths);
     const std::string config = text_of(lib.config);
     std::string core = text_of(lib.corename);
     std::string detected;
@@ -157,8 +182,6 @@ Library& library() {
       // again with the best core for the CPU's instruction sets. dlclose runs its destructor
       // (its threads stop) when no one else holds it; if someone does, the reopen returns the
       // same instance and its choice stays (reported as such).
-      // setenv/unsetenv race with a getenv of another thread; this runs once, while the
-      // plugin initialises, before any kernel of it runs.
       dlclose(lib.handle);
       {
         ScopedEnv coretype("OPENBLAS_CORETYPE", best);
@@ -170,7 +193,7 @@ Library& library() {
     }
     if (!dynamic && !best.empty() && !core_has_avx2(core)) detected = core;  // reported, not replaced
     lib.report = LoadReport{path, core, detected, replaced, best, text_of(lib.config),  // config: after any reload
-                            timeout, spin.has_value()};
+                            timeout};
   });
   return lib;
 }

@@ -36,8 +36,7 @@ struct LoadReport {
                             // target only, so its choice stays)
   std::string best;         // the core the plugin asked for (best_core_for_this_cpu)
   std::string config;       // openblas_get_config()
-  std::string thread_timeout;       // OPENBLAS_THREAD_TIMEOUT as the library was loaded with it
-  bool thread_timeout_set = false;  // by the plugin (the user had not set it)
+  std::string thread_timeout;  // OPENBLAS_THREAD_TIMEOUT as the library was loaded, and who set it
 };
 
 // Loads OpenBLAS if it is not loaded yet; returns what was loaded.

@@ -43,8 +43,7 @@ void log_blas(const fl_host_services* host) {
   if (host == nullptr || host->struct_size <= offsetof(fl_host_services, log) || host->log == nullptr) return;
   const blas::LoadReport& blas = blas::load();
   std::string message = "cpu plugin: " + blas.config + " from " + blas.library + ", " + blas.core +
-                        " kernels, OPENBLAS_THREAD_TIMEOUT=" + blas.thread_timeout +
-                        (blas.thread_timeout_set ? " (set by the plugin)" : " (the user's)");
+                        " kernels, OPENBLAS_THREAD_TIMEOUT: " + blas.thread_timeout;
   int32_t level = FL_LOG_DEBUG;
   if (blas.replaced) {
     message += " (OpenBLAS chose " + blas.detected + " for this CPU, without the AVX2 it has: loaded again with "

@@ -60,13 +60,14 @@ TEST_CASE("parallel for: helpers take chunks beside the caller") {
   ParallelFor team(4);
   std::mutex mutex;
   std::vector<std::thread::id> ids;
-  // 32 chunks of 2 ms: the helpers wake long before the caller could run them all.
-  team.for_range(32, 1, [&](int64_t, int64_t) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // 16 chunks (4 threads x kChunksPerThread) of 10 ms: the helpers wake long before the
+  // caller could run them all, even on a loaded machine.
+  team.for_range(16, 1, [&](int64_t, int64_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::lock_guard<std::mutex> lock(mutex);
     ids.push_back(std::this_thread::get_id());
   });
-  CHECK(ids.size() == 16);  // 4 threads x kChunksPerThread chunks
+  CHECK(ids.size() == 16);
   CHECK(std::find(ids.begin(), ids.end(), std::this_thread::get_id()) != ids.end());
   std::sort(ids.begin(), ids.end());
   CHECK(std::unique(ids.begin(), ids.end()) - ids.begin() > 1);
@@ -99,13 +100,21 @@ TEST_CASE("parallel for: a stalled helper holds only its own chunk back") {
   CHECK_FALSE(helper_timed_out);
 }
 
-TEST_CASE("parallel for: an exception from any part reaches the caller, and the team runs on") {
+TEST_CASE("parallel for: an exception from any chunk reaches the caller, and the team runs on") {
   ParallelFor team(4);
-  for (int64_t failing : {0, 2}) {  // the caller's part, a helper's part
-    INFO("failing part begins at " << failing);
+  const auto caller = std::this_thread::get_id();
+  SECTION("the caller's chunk") {
     CHECK_THROWS_WITH(team.for_range(4, 1, [&](int64_t begin, int64_t) {
-      if (begin == failing) throw std::runtime_error("part failed");
-    }), "part failed");
+      if (begin == 0 && std::this_thread::get_id() == caller) throw std::runtime_error("chunk failed");
+    }), "chunk failed");
+  }
+  SECTION("a helper's chunk") {
+    std::atomic<bool> thrown{false};
+    // Chunks of 5 ms, so that helpers take some; only a helper throws.
+    CHECK_THROWS_WITH(team.for_range(16, 1, [&](int64_t, int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (std::this_thread::get_id() != caller && !thrown.exchange(true)) throw std::runtime_error("helper failed");
+    }), "helper failed");
   }
   CHECK(parts_of(team, 8, 1).size() == 8);
 }

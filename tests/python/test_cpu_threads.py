@@ -25,6 +25,10 @@ wide = r(8, 40000)
 ints = torch.randint(-3, 4, (5000, 70), generator=g)
 nan_rows = r(3000, 64)
 nan_rows[::7, 5] = float("nan")
+wide_rows = r(64, 4096)
+wide_nan = r(64, 4096)
+wide_nan[::9, ::13] = float("nan")
+wide_ints = torch.randint(0, 3, (64, 4096), generator=g)  # ties down every column
 out = {}
 out["add_contiguous"] = (x.to(dev) + 2 * y.to(dev)).cpu()
 out["relu"] = torch.relu(x.to(dev)).cpu()
@@ -56,6 +60,9 @@ out["argmax_ties"] = ints.to(dev).argmax(1).cpu()
 v, i = ints.to(dev).max(0)
 out["max_dim0"], out["max_dim0_index"] = v.cpu(), i.cpu()
 out["int_sum"] = ints.to(dev).sum(1).cpu()
+out["sum_dim0_wide"] = wide_rows.to(dev).sum(0).cpu()  # split along the innermost dim
+out["amax_dim0_wide_nan"] = wide_nan.to(dev).amax(0).cpu()
+out["argmax_dim0_wide_ties"] = wide_ints.to(dev).argmax(0).cpu()
 torch.save(out, sys.argv[1] if len(sys.argv) > 1 else "{path}")
 '''
 
@@ -105,6 +112,10 @@ def test_the_split_loops_match_torchs_cpu(by_threads):
     ints = torch.randint(-3, 4, (5000, 70), generator=g)
     nan_rows = r(3000, 64)
     nan_rows[::7, 5] = float("nan")
+    wide_rows = r(64, 4096)
+    wide_nan = r(64, 4096)
+    wide_nan[::9, ::13] = float("nan")
+    wide_ints = torch.randint(0, 3, (64, 4096), generator=g)
     lp = logits.clone().requires_grad_()
     ls = F.log_softmax(lp, dim=1)
     ls.backward(r(20000, 10))
@@ -124,7 +135,8 @@ def test_the_split_loops_match_torchs_cpu(by_threads):
         "sum_dim0": b.sum(0), "sum_dim1": b.sum(1), "sum_dims_0_2": t3.sum((0, 2)),
         "mean_dim1_strided": t3.transpose(1, 2).mean(1), "amax_nan": nan_rows.amax(1),
         "amin_dim0": nan_rows.amin(0), "argmax_ties": ints.argmax(1), "max_dim0": v,
-        "max_dim0_index": i, "int_sum": ints.sum(1),
+        "max_dim0_index": i, "int_sum": ints.sum(1), "sum_dim0_wide": wide_rows.sum(0),
+        "amax_dim0_wide_nan": wide_nan.amax(0), "argmax_dim0_wide_ties": wide_ints.argmax(0),
     }
     got = by_threads[4]
     assert got.keys() == expected.keys()

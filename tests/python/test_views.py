@@ -62,3 +62,32 @@ def test_copies_of_conjugate_and_negative_views_apply_their_bits():
     host = torch.empty(2, dtype=torch.complex64).conj()
     host.copy_(x)  # fl -> a conjugate view on the host
     assert torch.equal(host.resolve_conj(), c)
+
+
+@pytest.mark.parametrize("case", ["shifted", "transposed", "expanded_output"])
+def test_in_place_ops_on_overlapping_memory_are_refused_as_on_the_cpu(case):
+    """Kernels that write while they read (in place) get no output whose elements overlap an
+    input's other elements or each other: their loop order (split over threads in the CPU
+    plugin) would decide the result. The message is ATen's own."""
+    def run(device):
+        x = torch.arange(12.0).reshape(3, 4).to(device)
+        if case == "shifted":
+            x.view(-1)[1:].add_(x.view(-1)[:-1])
+        elif case == "transposed":
+            sq = x[:, :3].contiguous()
+            sq.add_(sq.t())
+        else:
+            torch.ones(4, device=device).expand(3, 4).mul_(2)
+    with pytest.raises(RuntimeError) as cpu_error:
+        run("cpu")
+    with pytest.raises(RuntimeError) as fl_error:
+        run("fl:0")
+    assert str(fl_error.value).splitlines()[0] == str(cpu_error.value).splitlines()[0]
+
+
+def test_in_place_ops_on_the_same_elements_still_run():
+    x = torch.arange(12.0).reshape(3, 4)
+    f = x.to("fl:0")
+    f.add_(f).mul_(f)
+    x.add_(x).mul_(x)
+    assert torch.equal(f.cpu(), x)

@@ -1,5 +1,7 @@
 #include "tensor_desc.hpp"
 
+#include "parallel_loop.hpp"
+
 #include "../cpu_runtime.hpp"
 #include "../device_address.hpp"
 
@@ -32,7 +34,13 @@ int64_t wrap_dim(int64_t dim, int64_t ndim, const char* op) {
 }
 
 void submit(const fl_kernel_call* call, std::function<void()> work) {
-  Runtime::get().stream(call->device, call->stream).enqueue(std::move(work));
+  Runtime& runtime = Runtime::get();
+  // The team is taken now, not when the work runs: the runtime may be shutting down by then.
+  plugin::ParallelFor* team = &runtime.kernel_team();
+  runtime.stream(call->device, call->stream).enqueue([team, work = std::move(work)] {
+    TeamScope scope(team);
+    work();
+  });
 }
 
 void contiguous_strides(const int64_t* shape, int ndim, int64_t* strides) {

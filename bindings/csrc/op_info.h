@@ -45,6 +45,9 @@ struct OpInfo {
   // Tagged nondeterministic_seeded (native_dropout): a native call carries an RNG pair drawn
   // from the device's generator (fl_kernel_call.rng_seed/rng_offset).
   bool seeded = false;
+  // Tagged pointwise (add_, mul_, clamp_...): TensorIterator ops, which refuse an output that
+  // overlaps itself or partly overlaps an input; the router checks the same (op_router.cpp).
+  bool pointwise = false;
   // Per plugin (by index in the runtime's plugin list): resolved table entry, or nullptr.
   std::vector<const fl_kernel_entry*> entries;
   std::atomic<bool> entries_resolved{false};

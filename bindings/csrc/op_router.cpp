@@ -176,12 +176,13 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   const bool aliasing_ok = entry->flags & FL_KERNEL_ALIASING_OK;
   for (auto& t : targets) {
     if (!t.defined()) continue;
-    if (aliasing_ok) {
-      // A kernel that writes its output while it reads its inputs (in place, element for
-      // element) cannot be given one whose elements overlap each other or an input's other
-      // elements (x[1:].add_(x[:-1]), a.add_(a.t())): its result would depend on the order
+    if (aliasing_ok && info.pointwise) {
+      // A pointwise kernel writes its output while it reads its inputs (in place, element
+      // for element): given one whose elements overlap each other or an input's other
+      // elements (x[1:].add_(x[:-1]), a.add_(a.t())), its result would depend on the order
       // of its loop, which a plugin may split over threads. TensorIterator refuses these on
-      // ATen's devices; the meta pass ran on meta tensors and checked nothing.
+      // ATen's devices with these messages; the meta pass ran on meta tensors and checked
+      // nothing. (Other ops, addmm_ among them, check their own aliasing, or not, as ATen.)
       at::assert_no_internal_overlap(t);
       for (const auto& v : inputs)
         if (v.isTensor() && v.toTensor().defined()) at::assert_no_partial_overlap(t, v.toTensor());

@@ -2,6 +2,7 @@
 #include "cpu_plugin_fixture.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -398,4 +399,50 @@ TEST_CASE("pointwise: a device tensor in a Scalar slot is refused, not read on t
   HostScalar two(2.0);
   run_kernel("aten::add.out", Inputs().tensor(a).tensor(a).host(two), outs({&out}));
   check_close(out.values<float>(), {3, 6, 9});
+}
+
+// The index of the first element that differs in its bits, or -1 (a short failure message for
+// vectors of a few hundred thousand elements).
+static int64_t first_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
+      UNSCOPED_INFO("element " << i << ": got " << got[i] << ", want " << want[i]);
+      return static_cast<int64_t>(i);
+    }
+  return -1;
+}
+
+TEST_CASE("pointwise: large tensors split over the plugin's threads, every element computed once") {
+  // Sizes past the plugin's grain (32768 elements a chunk), so that its loops run in chunks on
+  // its threads (two or more on any CI machine; TSan watches them in the sanitizer builds).
+  const int64_t rows = 300, cols = 1001;  // odd sizes: uneven chunks
+  std::vector<float> av = random_floats(rows * cols, 5, -2.0f, 2.0f);
+  std::vector<float> bv = random_floats(rows * cols, 6, -2.0f, 2.0f);
+  Tensor a = Tensor::from<float>(FL_DTYPE_FLOAT32, {rows, cols}, av);
+  Tensor b = Tensor::from<float>(FL_DTYPE_FLOAT32, {rows, cols}, bv);
+  Tensor out(FL_DTYPE_FLOAT32, {rows, cols});
+  run_kernel("aten::add.out", Inputs().tensor(a).tensor(b).real(2.5), outs({&out}));
+  std::vector<float> want(av.size());
+  for (size_t i = 0; i < av.size(); ++i) want[i] = std::fma(2.5f, bv[i], av[i]);  // one rounding, as the plugin
+  CHECK(first_difference(out.values<float>(), want) == -1);
+
+  // Strided rows (a transposed input): the split is over rows, each walked from its own index.
+  Tensor at = a.view({cols, rows}, {1, cols});
+  Tensor out_t(FL_DTYPE_FLOAT32, {cols, rows});
+  run_kernel("aten::add.out", Inputs().tensor(at).tensor(at).real(1.0), outs({&out_t}));
+  std::vector<float> twice(av.size());
+  for (size_t i = 0; i < av.size(); ++i) twice[i] = av[i] + av[i];
+  CHECK(first_difference(out_t.values<float>(), transpose(twice, rows, cols)) == -1);
+
+  // A sum over the rows: split over the columns (the kept, innermost dim).
+  Tensor sums(FL_DTYPE_FLOAT32, {cols});
+  run_kernel("aten::sum.IntList_out", Inputs().tensor(a).ints({0}).boolean(false).none(), outs({&sums}));
+  std::vector<float> col_sums(static_cast<size_t>(cols));
+  for (int64_t c = 0; c < cols; ++c) {
+    double s = 0;
+    for (int64_t r = 0; r < rows; ++r) s += av[static_cast<size_t>(r * cols + c)];
+    col_sums[static_cast<size_t>(c)] = static_cast<float>(s);
+  }
+  CHECK(first_difference(sums.values<float>(), col_sums) == -1);
 }

@@ -91,3 +91,23 @@ def test_in_place_ops_on_the_same_elements_still_run():
     f.add_(f).mul_(f)
     x.add_(x).mul_(x)
     assert torch.equal(f.cpu(), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_matrix_product_into_one_of_its_operands_reads_them_as_they_were(dtype):
+    """addmm_/baddbmm_ write their output while BLAS reads the operands: an operand in the
+    output's memory (all of it, or part) is copied first. ATen's own CPU gets x.addmm_(x, x)
+    wrong; the plugin computes x + x @ x."""
+    torch.manual_seed(0)
+    x = torch.randn(48, 48, dtype=dtype)
+    w = torch.randn(24, 48, dtype=dtype)
+    b = torch.randn(3, 16, 16, dtype=dtype)
+    cases = {
+        "addmm_(x, x, x)": (lambda t: t.addmm_(t, t), x, x + x @ x),
+        "addmm_(x, x[:, :24], w)": (lambda t: t.addmm_(t[:, :24], w.to(t.device)), x, x + x[:, :24] @ w),
+        "baddbmm_(b, b, b)": (lambda t: t.baddbmm_(t, t), b, b + b @ b),
+    }
+    for name, (op, value, expected) in cases.items():
+        got = value.to(DEV)
+        op(got)
+        torch.testing.assert_close(got.cpu(), expected, msg=name)

@@ -48,7 +48,7 @@ run_one() {  # name sanitize
   "${prefix[@]}" meson test -C "$dir" --print-errorlogs --num-processes 1 --timeout-multiplier 6 \
     ${MESON_TEST_ARGS:-} test_config test_caching_allocator test_dispatch_table test_device_registry \
     test_plugin_discovery test_runtime test_stream_registry test_isolated_probe test_stress \
-    test_plugin_library cpu_plugin cpu_parallel_copy
+    test_plugin_library cpu_plugin cpu_parallel_copy cpu_parallel_for
 }
 
 # A program that leaks 77 bytes, built as the suites are and run with the options above: the

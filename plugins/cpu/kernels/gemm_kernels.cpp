@@ -9,7 +9,9 @@
 #include "pointwise_common.hpp"
 #include "pointwise_functors.hpp"
 
+#include <functional>
 #include <optional>
+#include <utility>
 
 #include "blas_library.hpp"
 
@@ -53,6 +55,41 @@ BlasOperand blas_operand(const MatrixView& v, std::vector<T>& scratch) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) scratch[static_cast<size_t>(r * cols + c)] = src[r * v.rs + c * v.cs];
   return {scratch.data(), CblasNoTrans, std::max<int64_t>(1, cols)};
+}
+
+// The bytes a tensor's elements span, [first, last) (ATen's strides are not negative).
+std::pair<const char*, const char*> byte_span(const TensorDesc& t) {
+  const int64_t elem = static_cast<int64_t>(plugin::dtype_size(t.dtype));
+  int64_t last = 0;
+  for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * t.strides[d];
+  return {t.data, t.data + (last + 1) * elem};
+}
+
+bool shares_bytes(const TensorDesc& x, const TensorDesc& y) {
+  if (x.numel() == 0 || y.numel() == 0) return false;
+  auto [x0, x1] = byte_span(x);
+  auto [y0, y1] = byte_span(y);
+  return std::less<const char*>()(x0, y1) && std::less<const char*>()(y0, x1);
+}
+
+// A contiguous copy of every matrix of `v` in `store`, and the view of it: for an operand the
+// output overlaps (x.addmm_(x, w), addmm(b, x, w, out=x)), read before the output is written.
+template <class T>
+BatchView snapshot(const BatchView& v, std::vector<T>& store) {
+  const int64_t rows = v.m.rows, cols = v.m.cols;
+  store.resize(static_cast<size_t>(v.batch * rows * cols));
+  for (int64_t i = 0; i < v.batch; ++i) {
+    const T* src = reinterpret_cast<const T*>(v.m.data) + i * v.batch_stride;
+    T* dst = store.data() + i * rows * cols;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[r * v.m.rs + c * v.m.cs];
+  }
+  BatchView copy = v;
+  copy.m.data = reinterpret_cast<char*>(store.data());
+  copy.m.rs = cols;
+  copy.m.cs = 1;
+  copy.batch_stride = rows * cols;
+  return copy;
 }
 
 // out[b] = alpha * a[b] @ b[b] + beta * out[b], for every batch; out contiguous [B, M, N].
@@ -124,14 +161,20 @@ void launch_gemm(const fl_kernel_call* call, const char* op, const TensorDesc& a
   if (out.numel() == 0) return;
   char* out_data = out.data;
   fl_dtype_t dtype = out.dtype;
+  // An operand in the output's memory is copied before the output is written (by the bias
+  // copy, then by BLAS, which reads its operands while it writes).
+  const bool copy_a = shares_bytes(out, a), copy_b = shares_bytes(out, b);
   submit(call, [=] {
-    if (bias_copy) run_elementwise(*bias_copy);
-    if (dtype == FL_DTYPE_FLOAT32)
-      batched_gemm<float>(va, vb, out_data, batch, param_as<float>(alpha),
-                          use_bias ? param_as<float>(beta) : 0.0f);
-    else
-      batched_gemm<double>(va, vb, out_data, batch, param_as<double>(alpha),
-                           use_bias ? param_as<double>(beta) : 0.0);
+    auto run = [&](auto zero) {
+      using T = decltype(zero);
+      std::vector<T> store_a, store_b;
+      BatchView ra = copy_a ? snapshot<T>(va, store_a) : va;
+      BatchView rb = copy_b ? snapshot<T>(vb, store_b) : vb;
+      if (bias_copy) run_elementwise(*bias_copy);
+      batched_gemm<T>(ra, rb, out_data, batch, param_as<T>(alpha), use_bias ? param_as<T>(beta) : zero);
+    };
+    if (dtype == FL_DTYPE_FLOAT32) run(0.0f);
+    else run(0.0);
   });
 }
 

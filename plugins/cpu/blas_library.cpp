@@ -109,7 +109,7 @@ class ScopedEnv {
 // Whether one of `paths` is loaded in the process already (by the dynamic linker for another
 // library, LD_PRELOAD, numpy...): dlopen then returns that instance, initialised with the
 // environment it saw.
-bool loaded_already(const std::vector<std::string>& paths) {
+bool loaded_already(const std::vector<std::string>& paths) {  // (checked one path at a time)
   for (const std::string& path : paths) {
     if (void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
       dlclose(handle);
@@ -161,14 +161,18 @@ Library& library() {
     // setenv/unsetenv race with a getenv of another thread; this runs once per process, while
     // the plugin initialises, before any kernel of it runs.
     const std::vector<std::string> paths = library_paths();
-    const bool preloaded = loaded_already(paths);
+    std::vector<std::string> preloaded;  // the candidates already in the process
+    for (const std::string& p : paths)
+      if (loaded_already({p})) preloaded.push_back(p);
     const char* user_timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
     std::string timeout = user_timeout ? std::string(user_timeout) + " (the user's)" : "";
     ScopedEnv spin("OPENBLAS_THREAD_TIMEOUT", std::to_string(kThreadTimeout));
     if (spin.set()) timeout = std::to_string(kThreadTimeout) + " (set by the plugin)";
-    if (preloaded) timeout = "not set by the plugin (OpenBLAS was loaded before it)";
     else if (timeout.empty()) timeout = "OpenBLAS's default (the plugin could not set it)";
     const std::string path = open(lib, paths);
+    if (std::find(preloaded.begin(), preloaded.end(), path) != preloaded.end())
+      timeout = "as OpenBLAS was loaded before the plugin (" +
+                (user_timeout ? std::string(user_timeout) + " in the environment" : std::string("unset then")) + ")";
     const std::string config = text_of(lib.config);
     std::string core = text_of(lib.corename);
     std::string detected;

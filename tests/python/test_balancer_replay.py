@@ -118,6 +118,28 @@ def test_the_every_device_candidate_gives_each_left_out_device_one_piece():
     assert b._with_every_device([4096, 0, 0], 256) == [3584, 256, 256]
     assert b._with_every_device([4096, 0, 0], 4096) is None  # too few rows for a piece each
     assert b._with_every_device([2048, 1024, 1024], 256) is None  # nobody left out
+    b.min_rows = 2  # batch norm: no shard of one row (the donor keeps a piece too)
+    assert b._with_every_device([3, 3, 0], 1) is None
+    assert b._with_every_device([6, 3, 0], 1) == [4, 3, 2]
+
+
+def test_a_recheck_due_goes_before_the_first_try_of_every_device_together():
+    """Rechecks come first (a set that lost its place to its own rising record, a set whose
+    record is still its calibration's); the untried every-device split waits for the next
+    counted plan after them."""
+    b = ThroughputBalancer(2, probe_every=100)
+    b.calibrate(0, [(16, 0.0016), (64, 0.0064)])  # device 0: 0.1 ms / sample
+    b.calibrate(1, [(16, 0.01), (64, 0.01)])      # device 1: a 10 ms fixed cost, no share
+    assert b.plan(64, 16) == [64, 0]
+    b.record_step([64, 0], 0.0064)
+    b.record_step([64, 0], 0.0064 * 50)  # a slow spell: device 0's record rises past device 1's
+    assert b.plan(64, 16, count=False) == [0, 64]  # a re-plan moves to device 1 and notes the recheck
+    assert b.recheck == {"0"}
+    assert b.plan(64, 16) == [64, 0] and b.rechecking  # the recheck first...
+    b.record_step([64, 0], 0.0064)
+    assert b.plan(64, 16) == [0, 64] and b.rechecking  # ...then device 1's first real step...
+    b.record_step([0, 64], 0.05)
+    assert b.plan(64, 16) == [48, 16] and b.probing and not b.rechecking  # ...then every device
 
 
 def _two_device_schedule() -> SplitSchedule:

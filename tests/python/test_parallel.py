@@ -814,7 +814,7 @@ def test_debug_checks_are_left_out_of_the_balancers_step_times(monkeypatch):
 
     def slow_equal(a, b):
         comparisons.append(1)
-        time.sleep(0.01)
+        time.sleep(0.05)  # 6 checks a step: 0.3 s, far above a step on a loaded 2-core machine (~0.05 s)
         return equal(a, b)
 
     def spy(batch, sizes, step_seconds, *rest):
@@ -831,7 +831,7 @@ def test_debug_checks_are_left_out_of_the_balancers_step_times(monkeypatch):
         for x, y in zip(xs[1:], ys[1:]):
             hdp.train_step(x, y, F.cross_entropy)
         assert len(comparisons) >= 3 * 6 and len(recorded) == 3  # 6 tensors checked before each step
-        assert max(recorded) < 0.05, recorded
+        assert max(recorded) < 0.2, recorded
     finally:
         hdp.close()
 

@@ -345,18 +345,18 @@ class ThroughputBalancer:
 
     def _with_every_device(self, sizes: list[int], granularity: int) -> list[int] | None:
         """`sizes` with one granularity piece (and min_rows) for each device it leaves out,
-        taken from the largest shard; None when it has every device, or the batch has too few
-        rows to give each a piece."""
+        taken from the largest shard; None when it has every device, or a shard would keep
+        less than a piece."""
         missing = [i for i, n in enumerate(sizes) if n <= 0]
         if not missing:
             return None
         batch = sum(sizes)
         piece = max(1, min(int(granularity), batch), self.min_rows)
-        if batch < piece * self.num_devices:
-            return None
         trial = list(sizes)
         for i in missing:
             largest = max(range(self.num_devices), key=lambda k: trial[k])
+            if trial[largest] - piece < piece:  # every shard keeps a piece, and so min_rows
+                return None
             trial[largest] -= piece
             trial[i] = piece
         return trial
@@ -423,19 +423,20 @@ class ThroughputBalancer:
             due = [k for k in candidates
                    if (k in self.recheck or k in calibrated_only) and self.measured.get(k) != best_seen]
             self.recheck.clear()
+            if due:
+                key = min(due, key=self.measured.__getitem__)
+                self.probing = self.rechecking = True
+                self.last_probe[key] = self.plans
+                return candidates[key]
             # A candidate that never ran and has no record (every device together, when the
-            # model leaves one out) is tried once, as soon as the best has run; after that the
-            # probe clock paces it, and a loss counts towards its backoff.
+            # model leaves one out) is tried once, at the first counted plan after the best has
+            # run with no recheck due; after that the probe clock paces it, and a loss counts
+            # towards its backoff.
             untried = [k for k in candidates
                        if best_ran and k not in self.measured and k not in self.last_probe and k != next(iter(candidates))]
             if untried:
                 key = untried[0]
                 self.probing = True
-                self.last_probe[key] = self.plans
-                return candidates[key]
-            if due:
-                key = min(due, key=self.measured.__getitem__)
-                self.probing = self.rechecking = True
                 self.last_probe[key] = self.plans
                 return candidates[key]
         if count and self.plans % self.probe_every == 0:

@@ -72,6 +72,14 @@ bool shares_bytes(const TensorDesc& x, const TensorDesc& y) {
   return std::less<const char*>()(x0, y1) && std::less<const char*>()(y0, x1);
 }
 
+// Whether two descriptors name the same elements in the same order (a bias that is the output).
+bool same_elements(const TensorDesc& x, const TensorDesc& y) {
+  if (x.data != y.data || x.ndim != y.ndim || x.dtype != y.dtype) return false;
+  for (int d = 0; d < x.ndim; ++d)
+    if (x.shape[d] != y.shape[d] || (x.shape[d] > 1 && x.strides[d] != y.strides[d])) return false;
+  return true;
+}
+
 // A contiguous copy of every matrix of `v` in `store`, and the view of it: for an operand the
 // output overlaps (x.addmm_(x, w), addmm(b, x, w, out=x)), read before the output is written.
 template <class T>
@@ -162,15 +170,27 @@ void launch_gemm(const fl_kernel_call* call, const char* op, const TensorDesc& a
   char* out_data = out.data;
   fl_dtype_t dtype = out.dtype;
   // An operand in the output's memory is copied before the output is written (by the bias
-  // copy, then by BLAS, which reads its operands while it writes).
+  // copy, then by BLAS, which reads its operands while it writes); so is a bias that shares
+  // it other than as the output itself (addmm(x.t(), a, w, out=x)): the bias copy would read
+  // elements it has already written.
   const bool copy_a = shares_bytes(out, a), copy_b = shares_bytes(out, b);
+  const bool copy_bias = bias_copy && !bias->host_scalar && shares_bytes(out, *bias) && !same_elements(out, *bias);
+  const auto bias_span = copy_bias ? byte_span(*bias) : std::pair<const char*, const char*>{};
   submit(call, [=] {
     auto run = [&](auto zero) {
       using T = decltype(zero);
       std::vector<T> store_a, store_b;
       BatchView ra = copy_a ? snapshot<T>(va, store_a) : va;
       BatchView rb = copy_b ? snapshot<T>(vb, store_b) : vb;
-      if (bias_copy) run_elementwise(*bias_copy);
+      if (copy_bias) {
+        // The bias's bytes as they are, read through the plan's own strides.
+        std::vector<char> store(bias_span.first, bias_span.second);
+        ElementwisePlan plan = *bias_copy;
+        plan.base[1] = store.data();
+        run_elementwise(plan);
+      } else if (bias_copy) {
+        run_elementwise(*bias_copy);
+      }
       batched_gemm<T>(ra, rb, out_data, batch, param_as<T>(alpha), use_bias ? param_as<T>(beta) : zero);
     };
     if (dtype == FL_DTYPE_FLOAT32) run(0.0f);

@@ -104,8 +104,12 @@ TEST_CASE("parallel for: an exception from any chunk reaches the caller, and the
   ParallelFor team(4);
   const auto caller = std::this_thread::get_id();
   SECTION("the caller's chunk") {
-    CHECK_THROWS_WITH(team.for_range(4, 1, [&](int64_t begin, int64_t) {
-      if (begin == 0 && std::this_thread::get_id() == caller) throw std::runtime_error("chunk failed");
+    // Whichever chunk the caller claims first (a helper may claim the first of the range):
+    // chunks of 5 ms keep the helpers from taking all 16.
+    std::atomic<bool> thrown{false};
+    CHECK_THROWS_WITH(team.for_range(16, 1, [&](int64_t, int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (std::this_thread::get_id() == caller && !thrown.exchange(true)) throw std::runtime_error("chunk failed");
     }), "chunk failed");
   }
   SECTION("a helper's chunk") {

@@ -106,17 +106,14 @@ class ScopedEnv {
   bool set_;
 };
 
-// Whether one of `paths` is loaded in the process already (by the dynamic linker for another
-// library, LD_PRELOAD, numpy...): dlopen then returns that instance, initialised with the
-// environment it saw.
-bool loaded_already(const std::vector<std::string>& paths) {  // (checked one path at a time)
-  for (const std::string& path : paths) {
-    if (void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
-      dlclose(handle);
-      return true;
-    }
-  }
-  return false;
+// Whether `path` is loaded in the process already (by the dynamic linker for another library,
+// LD_PRELOAD, numpy...): dlopen then returns that instance, initialised with the environment
+// it saw.
+bool loaded_already(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+  if (handle == nullptr) return false;
+  dlclose(handle);
+  return true;
 }
 
 std::string lower(std::string s) {
@@ -163,7 +160,7 @@ Library& library() {
     const std::vector<std::string> paths = library_paths();
     std::vector<std::string> preloaded;  // the candidates already in the process
     for (const std::string& p : paths)
-      if (loaded_already({p})) preloaded.push_back(p);
+      if (loaded_already(p)) preloaded.push_back(p);
     const char* user_timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
     std::string timeout = user_timeout ? std::string(user_timeout) + " (the user's)" : "";
     ScopedEnv spin("OPENBLAS_THREAD_TIMEOUT", std::to_string(kThreadTimeout));

@@ -336,8 +336,7 @@ step_cpu_plugin() {
   old_blas="$(find /opt/fldeps -name 'libopenblas.so.0' -path '*openblas-pthread*' | head -1)"
   if [[ -n "$old_blas" ]]; then
     echo "== with $old_blas preloaded"
-    LD_PRELOAD="$old_blas" FL_LOG_LEVEL=debug "$PY" -c "import torch, torch_fl; torch.fl.device_count()" 2>&1 \
-      | grep "OpenBLAS" || true
+    LD_PRELOAD="$old_blas" cpu_plugin_blas
     LD_PRELOAD="$old_blas" timeout 120 "$PY" bench/shard_scaling.py --device "$cpu" --workload wide --sizes 1024 4096 || rc=1
   fi
   return $rc

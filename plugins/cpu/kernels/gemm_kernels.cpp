@@ -43,6 +43,13 @@ struct BlasOperand {
   int64_t ld;
 };
 
+// dst[r * cols + c] = src[r * rs + c * cs]: the matrix `v` laid out at `src`, copied row-major.
+template <class T>
+void gather_matrix(const MatrixView& v, const T* src, T* dst) {
+  for (int64_t r = 0; r < v.rows; ++r)
+    for (int64_t c = 0; c < v.cols; ++c) dst[r * v.cols + c] = src[r * v.rs + c * v.cs];
+}
+
 template <class T>
 BlasOperand blas_operand(const MatrixView& v, std::vector<T>& scratch) {
   int64_t rows = v.rows, cols = v.cols;
@@ -51,9 +58,7 @@ BlasOperand blas_operand(const MatrixView& v, std::vector<T>& scratch) {
   if (v.rs == 1 && (cols <= 1 || v.cs >= std::max<int64_t>(1, rows)))
     return {v.data, CblasTrans, cols <= 1 ? std::max<int64_t>(1, rows) : v.cs};
   scratch.resize(static_cast<size_t>(rows * cols));
-  const T* src = reinterpret_cast<const T*>(v.data);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) scratch[static_cast<size_t>(r * cols + c)] = src[r * v.rs + c * v.cs];
+  gather_matrix(v, reinterpret_cast<const T*>(v.data), scratch.data());
   return {scratch.data(), CblasNoTrans, std::max<int64_t>(1, cols)};
 }
 
@@ -86,12 +91,8 @@ template <class T>
 BatchView snapshot(const BatchView& v, std::vector<T>& store) {
   const int64_t rows = v.m.rows, cols = v.m.cols;
   store.resize(static_cast<size_t>(v.batch * rows * cols));
-  for (int64_t i = 0; i < v.batch; ++i) {
-    const T* src = reinterpret_cast<const T*>(v.m.data) + i * v.batch_stride;
-    T* dst = store.data() + i * rows * cols;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = src[r * v.m.rs + c * v.m.cs];
-  }
+  for (int64_t i = 0; i < v.batch; ++i)
+    gather_matrix(v.m, reinterpret_cast<const T*>(v.m.data) + i * v.batch_stride, store.data() + i * rows * cols);
   BatchView copy = v;
   copy.m.data = reinterpret_cast<char*>(store.data());
   copy.m.rs = cols;

@@ -26,12 +26,14 @@ def _h200_like_balancer(ema: float = 0.3, cpu_fixed_s: float = 0.004) -> Through
 
 
 def _replay(split_gain: float, seed: int, steps: int = 144, switch_in=(1.0, 1.6), ema: float = 0.3,
-            cpu_fixed_s: float = 0.004):
+            cpu_fixed_s: float = 0.004, cold_first: float = 1.0):
     """Runs a schedule for `steps` steps whose times are drawn as described in the module's
     docstring; returns (the share of steps that ran the split, the mean step time per sample
     after the first 12 steps relative to the GPU alone). `cpu_fixed_s` is the CPU device's
-    fixed cost as calibrated; its steps take 4 ms + 1.48 µs per sample whatever it is."""
+    fixed cost as calibrated; its steps take 4 ms + 1.48 µs per sample whatever it is. The
+    split's first step after its warm-up takes `cold_first` times its usual time."""
     rng = random.Random(seed)
+    first_warm_split = True
     schedule = SplitSchedule(_h200_like_balancer(ema, cpu_fixed_s), rebalance_every=10, granularity=1024)
     schedule.warm.update({(0, 16384), (0, BATCH), (1, 16384), (1, BATCH)})  # as calibration leaves it
     last, split_steps, spent, counted = None, 0, 0.0, 0
@@ -49,6 +51,9 @@ def _replay(split_gain: float, seed: int, steps: int = 144, switch_in=(1.0, 1.6)
             per_sample = 1.6e-6
         if schedule.cold_shards(sizes):
             per_sample *= 2  # a new shape's warm-up
+        elif active == (0, 1) and first_warm_split:
+            per_sample *= cold_first
+            first_warm_split = False
         device_seconds = [None, None]
         if sizes[0]:
             device_seconds[0] = (0.004 + 1.48e-6 * sizes[0]) * rng.uniform(0.95, 1.2)
@@ -69,6 +74,24 @@ def test_a_split_faster_in_steady_state_keeps_its_place_through_probes(seed):
     share, relative_time = _replay(split_gain=0.035, seed=seed)
     assert share >= 0.9
     assert relative_time < 0.985
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_split_whose_first_measured_step_ran_cold_gets_a_second_look_and_keeps_its_place(seed):
+    """The H200's call 4 of the seventeenth session: the split's first step after its warm-up
+    took 1.6x its usual time (18.1 ms against 10.9-11.1) and lost to the GPU alone (11.3 ms).
+    The step runs again at once and that one is the split's record. Without the second look
+    the same eight replays kept the split on 3% of the steps."""
+    share, relative_time = _replay(split_gain=0.035, seed=seed, cold_first=1.6)
+    assert share >= 0.9
+    assert relative_time < 0.985
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_split_slower_than_the_gpu_alone_gets_one_second_look_and_no_more(seed):
+    share, relative_time = _replay(split_gain=-0.03, seed=seed, cold_first=1.3)
+    assert share <= 0.1
+    assert relative_time < 1.01
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -238,6 +261,59 @@ def test_a_warm_up_runs_again_and_is_not_recorded():
     schedule.after_step(64, [9, 55], 0.05, [0.05, 0.006])
     assert "0,1" not in b.measured
     assert schedule.sizes(64, 1) == [9, 55]  # the same split again, measured this time
+
+
+def test_a_lost_first_step_of_a_split_runs_again_and_the_second_is_its_record():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064])   # device 1 alone, recorded
+    b.plan(64, 1)                                              # (the plan's candidates)
+    schedule.after_step(64, [8, 56], 0.0090, [0.009, 0.0056])  # the split's first step loses...
+    assert b.measured["0,1"] == pytest.approx(0.0090 / 64)
+    assert schedule.sizes(64, 2) == [8, 56]                    # ...and runs again at once,
+    schedule.after_step(64, [8, 56], 0.0060, [0.006, 0.0056])
+    assert b.measured["0,1"] == pytest.approx(0.0060 / 64)     # its time replacing the first
+    assert b.history[-1]["second_look"] and b.history[-1]["won"]
+    assert b.recorded_steps["0,1"] == 2 and b.second_looks == {"0,1"}
+    schedule.after_step(64, [8, 56], 0.0064, [0.0064, 0.0056])  # later steps are averaged in
+    assert b.measured["0,1"] == pytest.approx(0.7 * 0.0060 / 64 + 0.3 * 0.0064 / 64)
+
+
+def test_a_second_look_is_once_per_set_and_not_for_a_far_slower_split_or_one_device():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064])
+    b.plan(64, 1)
+    assert not b.wants_second_look([0, 64])                  # one device: no second look
+    schedule.after_step(64, [8, 56], 0.0064 * 2.5, [0.016, 0.0056])  # 2.5x the best: far
+    assert b.second_looks == set() and schedule._rerun is None  # nothing runs again
+    b2 = _two_device_schedule()
+    b2.after_step(64, [0, 64], 0.0064, [None, 0.0064])
+    b2.balancer.plan(64, 1)
+    b2.after_step(64, [8, 56], 0.0080, [0.008, 0.0056])
+    assert b2.sizes(64, 2) == [8, 56]
+    b2.after_step(64, [8, 56], 0.0080, [0.008, 0.0056])  # the second look loses too...
+    assert not b2.balancer.history[-1]["won"]
+    assert not b2.balancer.wants_second_look([8, 56])    # ...and there is no third
+    state = b2.balancer.state_dict()
+    resumed = ThroughputBalancer(2)
+    resumed.load_state_dict(state)
+    assert resumed.second_looks == {"0,1"} and resumed.recorded_steps == b2.balancer.recorded_steps
+
+
+def test_a_checkpoint_from_before_second_looks_counts_sets_that_ran_as_past_their_first_step():
+    b = ThroughputBalancer(2)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])
+    b.calibrate(1, [(16, 0.0016), (64, 0.0064)])
+    b.plan(64, 1)
+    b.record_step([8, 56], 0.009)
+    state = b.state_dict()
+    del state["recorded_steps"], state["second_looks"]
+    resumed = ThroughputBalancer(2)
+    resumed.load_state_dict(state)
+    resumed.plan(64, 1)
+    resumed.record_step([8, 56], 0.009)
+    assert not resumed.wants_second_look([8, 56])
 
 
 # -- the tail: a device whose speed varies from step to step

@@ -79,7 +79,9 @@ class ThroughputBalancer:
     unless it is more than probe_limit² times slower; a first real step faster than the
     calibrated record replaces it (a slower one is averaged in: it may carry one-off costs).
     A model split that took the place before it had a record counts its first record as the
-    one it took the place with.
+    one it took the place with. A split's first real step that lost by less than probe_limit
+    is looked at again at once: SplitSchedule runs it once more, and that step's time replaces
+    the first one's (wants_second_look).
 
     Tail: a step lasts as long as its slowest device, so a device whose speed varies from step
     to step (a host device sharing cores with the driver threads, a busy machine) sets the
@@ -141,6 +143,8 @@ class ThroughputBalancer:
         self.incumbent: str | None = None  # the set the last unprobed plan ran...
         self._incumbent_record: float | None = None  # ...and its record when it took the place
         self.recheck: set[str] = set()     # sets that lost their place, probed at the next counted plan
+        self.recorded_steps: dict[str, int] = {}  # device set -> real steps recorded for it
+        self.second_looks: set[str] = set()  # split sets whose losing first step was looked at again
         # The last HISTORY events, oldest first, to see why a split ran: {"plan": n, "chose":
         # device set, "probing": bool, "records": {device set: s/sample}} per counted plan,
         # and {"step": device set, "during_plan": n, "s_per_sample": measured, "record": after}
@@ -193,17 +197,29 @@ class ThroughputBalancer:
             self.ratios.append(tuple(ratios))
         self.observations += 1
 
-    def record_step(self, shard_sizes: Sequence[int], seconds: float) -> None:
+    def record_step(self, shard_sizes: Sequence[int], seconds: float, second_look: bool = False) -> None:
         """Folds the wall time of one whole step (weight pulls, forward/backward on every
         device, gradient reduction, optimizer step, loss read-back) into its device set's
         record. Before a device has run alone for real, its record is its calibrated
         forward/backward time plus transfers (no optimizer step); the first real step of that
-        mode replaces it when faster, and is averaged in when slower."""
+        mode replaces it when faster, and is averaged in when slower. A `second_look` step
+        (see wants_second_look) replaces the record of the set's first step, whatever it
+        measured."""
         batch = sum(shard_sizes)
         if batch <= 0:
             return
         key = self._key(device_set(shard_sizes))
         now = seconds / batch
+        self.recorded_steps[key] = self.recorded_steps.get(key, 0) + 1
+        if second_look:
+            won = now <= min(self._other_records(key), default=math.inf)
+            if won:
+                self.losses[key] = 0
+            self.measured[key] = now
+            self.last_seen[key] = self.plans
+            self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now, "record": now,
+                                 "second_look": True, "won": won})
+            return
         old = self.measured.get(key)
         if key not in self.last_seen and old is not None and now < old:
             # A calibration's record that the first real step beats is replaced: calibrated
@@ -229,6 +245,25 @@ class ThroughputBalancer:
         self.measured[key] = now if old is None else (1.0 - self.ema) * old + self.ema * now
         self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now,
                              "record": self.measured[key]})
+
+    def wants_second_look(self, shard_sizes: Sequence[int]) -> bool:
+        """Whether the step just recorded for this split should run again at once, its time
+        replacing this one's (record_step(second_look=True)): it was the first real step of a
+        set of two devices or more, it lost to another candidate of the last plan, but by less
+        than probe_limit. Once per set. On the H200 a CPU + GPU split's first measured step ran
+        cold (18.1 ms, the CPU device's shard 15.7 ms, against 10.9-11.1 for its later steps),
+        lost to the GPU alone (11.3 ms), and the split, 3% faster, did not run again in the 36
+        steps left: a probe comes only every probe_every re-balances."""
+        key = self._key(device_set(shard_sizes))
+        others = self._other_records(key)
+        if (len(device_set(shard_sizes)) < 2 or self.recorded_steps.get(key) != 1 or key in self.second_looks
+                or not others or key not in self.measured):
+            return False
+        mine, best = self.measured[key], min(others)
+        if not best < mine <= self.probe_limit * best:
+            return False
+        self.second_looks.add(key)
+        return True
 
     def beaten(self, shard_sizes: Sequence[int]) -> bool:
         """Whether the device set of this split now has a worse record (time per sample) than
@@ -486,6 +521,7 @@ class ThroughputBalancer:
                 "last_probe": dict(self.last_probe),
                 "incumbent": self.incumbent, "incumbent_record": self._incumbent_record,
                 "recheck": sorted(self.recheck),
+                "recorded_steps": dict(self.recorded_steps), "second_looks": sorted(self.second_looks),
                 "calibrated": self.calibrated, "observations": self.observations, "plans": self.plans}
 
     def load_state_dict(self, state: dict) -> None:
@@ -505,6 +541,10 @@ class ThroughputBalancer:
         record = state.get("incumbent_record")
         self._incumbent_record = None if record is None else float(record)
         self.recheck = {str(k) for k in state.get("recheck", [])}
+        # A checkpoint from before recorded_steps: a set that ran counts as past its first step.
+        self.recorded_steps = {str(k): int(v) for k, v in
+                               state.get("recorded_steps", dict.fromkeys(state["last_seen"], 2)).items()}
+        self.second_looks = {str(k) for k in state.get("second_looks", [])}
         self.overhead = [float(v) for v in state["overhead"]]
         self.per_sample = [float(v) for v in state["per_sample"]]
         self.transfer = [float(v) for v in state["transfer"]]
@@ -543,6 +583,10 @@ class SplitSchedule:
       forth (a replay with synthetic step times lost throughput when probes were judged on
       a second step instead).
 
+    One step is measured and then replaced: a split's first recorded step, when it lost to
+    another candidate by less than probe_limit, runs again at once and the second step's time
+    becomes the split's record (ThroughputBalancer.wants_second_look; once per device set).
+
     Shard sizes are multiples of the granularity (`granularity`, or batch/16 rounded down to a
     power of two), so that a drifting split reuses a few shapes."""
 
@@ -555,7 +599,10 @@ class SplitSchedule:
         self.granularity = granularity
         self.planned: dict[int, list[int]] = {}  # batch size -> the split its steps run
         self.warm: set[tuple[int, int]] = set()  # (device index, shard size) that ran before
-        self._rerun: tuple[int, list[int]] | None = None  # (batch, sizes) to run again, measured
+        # (batch, sizes, second look) to run again, measured; a second look's step replaces the
+        # split's first record (ThroughputBalancer.wants_second_look).
+        self._rerun: tuple[int, list[int], bool] | None = None
+        self._second_look: list[int] | None = None  # the sizes of the second look sizes() handed out
         self._warm_split: dict[tuple, list[int]] = {}  # (batch, device set) -> its last split that ran
         self._refresh_pending = False
         self._replan_for: int | None = None  # a batch size whose split measured beaten: plan it again
@@ -579,14 +626,19 @@ class SplitSchedule:
         last step was: the next one is neither a return nor after a pause."""
         self.planned.clear()
         self._rerun = None
+        self._second_look = None
         self._replan_for = None
         self._last_set, self._last_probed, self._last_seconds = None, False, None
 
     def sizes(self, batch_size: int, step: int) -> list[int]:
         """The split of step number `step` (counted from 0) for a batch of `batch_size` rows."""
         due = self.rebalance_every > 0 and step % self.rebalance_every == 0
+        self._second_look = None
         if self._rerun is not None and self._rerun[0] == batch_size:
-            sizes, self._rerun = self._rerun[1], None
+            _, sizes, second_look = self._rerun
+            self._rerun = None
+            if second_look:
+                self._second_look = list(sizes)
             self._refresh_pending |= due  # a re-balance due now happens on the next step
             return sizes
         refresh = due or self.balancer.probing or self._refresh_pending
@@ -625,16 +677,23 @@ class SplitSchedule:
                 paused = idle_seconds > max(self._last_seconds, self.PAUSE * usual)
             self._idles.append(idle_seconds)
         self._last_set, self._last_probed, self._last_seconds = active, self.balancer.probing, step_seconds
+        second_look = self._second_look == list(sizes)
+        self._second_look = None
         if cold:
-            self._rerun = (batch_size, list(sizes))  # a warm-up: measure this split on the next step
+            self._rerun = (batch_size, list(sizes), False)  # a warm-up: measure this split on the next step
         elif not (returned or paused):  # (see the class's docstring)
             self.balancer.observe(sizes, device_seconds)
-            self.balancer.record_step(sizes, step_seconds)
+            self.balancer.record_step(sizes, step_seconds, second_look=second_look)
+            comparable = batch_size == self._last_batch or self._last_batch is None
+            if comparable and not second_look and self.balancer.wants_second_look(sizes):
+                # The first real step of a split lost: it runs again at once, and that step's
+                # time is its record (see wants_second_look).
+                self._rerun = (batch_size, list(sizes), True)
             # A split that just measured slower than another candidate's record is not kept
             # until the next re-balance: the next step of this batch size plans again (when
             # re-balancing is on; not on a batch of another size than the step before, such
             # as an epoch's short last batch, whose time per sample is not comparable).
-            if (self.rebalance_every > 0 and not self.balancer.probing and batch_size == self._last_batch
+            elif (self.rebalance_every > 0 and not self.balancer.probing and batch_size == self._last_batch
                     and self.balancer.beaten(sizes)):
                 self._replan_for = batch_size
         self._last_batch = batch_size

@@ -103,6 +103,7 @@ class ThroughputBalancer:
 
     TAIL_MIN = 8  # steps of a device set with every device timed before its tail shapes the split
     MAX_BACKOFF = 6  # a candidate waits at most probe_every·2^6 plans between probes
+    SWITCH_PAYBACK = 20  # steps over which a second look charges the cost of its first step (see record_step)
     HISTORY = 256  # plans and recorded steps kept in `history`
 
     def __init__(self, num_devices: int, ema: float = 0.3, probe_every: int = 5, probe_limit: float = 2.0,
@@ -144,6 +145,7 @@ class ThroughputBalancer:
         self._incumbent_record: float | None = None  # ...and its record when it took the place
         self.recheck: set[str] = set()     # sets that lost their place, probed at the next counted plan
         self.recorded_steps: dict[str, int] = {}  # device set -> real steps recorded for it
+        self._first_looks: dict[str, float] = {}  # device set -> s/sample of the step a second look repeats
         self.second_looks: set[str] = set()  # split sets whose losing first step was looked at again
         # The last HISTORY events, oldest first, to see why a split ran: {"plan": n, "chose":
         # device set, "probing": bool, "records": {device set: s/sample}} per counted plan,
@@ -203,8 +205,12 @@ class ThroughputBalancer:
         record. Before a device has run alone for real, its record is its calibrated
         forward/backward time plus transfers (no optimizer step); the first real step of that
         mode replaces it when faster, and is averaged in when slower. A `second_look` step
-        (see wants_second_look) replaces the record of the set's first step, whatever it
-        measured."""
+        (see wants_second_look) replaces the set's record, charged with 1/SWITCH_PAYBACK of
+        what the step it looks again at took beyond it: moving to a split costs that cold step
+        again at each move, so a split no faster than the incumbent (what it gains in
+        SWITCH_PAYBACK steps below that cost) stays out. Replayed with synthetic step times
+        (equal speeds, 16 seeds), second looks without the charge cost 2.7% of the run's time
+        against 1.4% with none, and 1.6% with it."""
         batch = sum(shard_sizes)
         if batch <= 0:
             return
@@ -212,12 +218,14 @@ class ThroughputBalancer:
         now = seconds / batch
         self.recorded_steps[key] = self.recorded_steps.get(key, 0) + 1
         if second_look:
-            won = now <= min(self._other_records(key), default=math.inf)
+            first = self._first_looks.pop(key, now)
+            record = now + max(first - now, 0.0) / self.SWITCH_PAYBACK
+            won = record <= min(self._other_records(key), default=math.inf)
             if won:
                 self.losses[key] = 0
-            self.measured[key] = now
+            self.measured[key] = record
             self.last_seen[key] = self.plans
-            self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now, "record": now,
+            self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now, "record": record,
                                  "second_look": True, "won": won})
             return
         old = self.measured.get(key)
@@ -246,23 +254,33 @@ class ThroughputBalancer:
         self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now,
                              "record": self.measured[key]})
 
-    def wants_second_look(self, shard_sizes: Sequence[int]) -> bool:
-        """Whether the step just recorded for this split should run again at once, its time
-        replacing this one's (record_step(second_look=True)): it was the first real step of a
-        set of two devices or more, it lost to another candidate of the last plan, but by less
-        than probe_limit. Once per set. On the H200 a CPU + GPU split's first measured step ran
-        cold (18.1 ms, the CPU device's shard 15.7 ms, against 10.9-11.1 for its later steps),
-        lost to the GPU alone (11.3 ms), and the split, 3% faster, did not run again in the 36
-        steps left: a probe comes only every probe_every re-balances."""
+    def wants_second_look(self, shard_sizes: Sequence[int], seconds: float, switched_in: bool = False) -> bool:
+        """Whether the step just recorded for this split (`seconds` of wall time) should run
+        again at once, its time replacing this one's (record_step(second_look=True)): the split
+        has two devices or more, the step lost to another candidate of the last plan by less
+        than probe_limit, and it was either the split's first real step (once per set) or its
+        first after steps of another set (`switched_in`: a probe, a recheck).
+
+        Both kinds of step run cold. On the H200 a CPU + GPU split's first measured step took
+        18.1 ms (the CPU device's shard 15.7 ms) against 10.9-11.1 for its later steps, lost to
+        the GPU alone (11.3 ms), and the split, 3% faster, did not run again in the 36 steps
+        left. Its first step after steps of the GPU alone took 11.6-13.4 ms, so that once two
+        slow steps of the CPU device had moved the run to the GPU alone, every recheck and
+        probe of the split lost, and it ran on 16 of 96 steps. A second step tells the split's
+        speed from the cost of moving to it; the probe clock bounds how often that is paid."""
         key = self._key(device_set(shard_sizes))
         others = self._other_records(key)
-        if (len(device_set(shard_sizes)) < 2 or self.recorded_steps.get(key) != 1 or key in self.second_looks
-                or not others or key not in self.measured):
+        batch = sum(shard_sizes)
+        if len(device_set(shard_sizes)) < 2 or not others or batch <= 0:
             return False
-        mine, best = self.measured[key], min(others)
-        if not best < mine <= self.probe_limit * best:
+        first = self.recorded_steps.get(key) == 1 and key not in self.second_looks
+        if not (first or switched_in):
+            return False
+        now, best = seconds / batch, min(others)
+        if not best < now <= self.probe_limit * best:
             return False
         self.second_looks.add(key)
+        self._first_looks[key] = now
         return True
 
     def beaten(self, shard_sizes: Sequence[int]) -> bool:
@@ -676,6 +694,7 @@ class SplitSchedule:
                 usual = sorted(self._idles)[len(self._idles) // 2]
                 paused = idle_seconds > max(self._last_seconds, self.PAUSE * usual)
             self._idles.append(idle_seconds)
+        switched_in = self._last_set is not None and active != self._last_set
         self._last_set, self._last_probed, self._last_seconds = active, self.balancer.probing, step_seconds
         second_look = self._second_look == list(sizes)
         self._second_look = None
@@ -685,9 +704,9 @@ class SplitSchedule:
             self.balancer.observe(sizes, device_seconds)
             self.balancer.record_step(sizes, step_seconds, second_look=second_look)
             comparable = batch_size == self._last_batch or self._last_batch is None
-            if comparable and not second_look and self.balancer.wants_second_look(sizes):
-                # The first real step of a split lost: it runs again at once, and that step's
-                # time is its record (see wants_second_look).
+            if comparable and not second_look and self.balancer.wants_second_look(sizes, step_seconds, switched_in):
+                # A split's first step, or its first after another set, lost: it runs again at
+                # once, and that step's time is its record (see wants_second_look).
                 self._rerun = (batch_size, list(sizes), True)
             # A split that just measured slower than another candidate's record is not kept
             # until the next re-balance: the next step of this batch size plans again (when

@@ -13,6 +13,11 @@ from torch_fl.balancer import SplitSchedule, ThroughputBalancer, device_set
 
 BATCH = 65536
 ALONE = 0.1725e-6  # s/sample of the GPU alone
+# What a split slower than the GPU alone may cost a replayed run. _replay's split takes the same
+# time in every shape, and a new shape's warm-up step twice a step, so the one probe of the
+# model's split in a new shape (test_a_calibration_that_read_the_cpu_fast_gets_its_corrected_split_probed) is pure
+# cost here: with it these replays took up to 1.012x the GPU alone's time, 1.009x before.
+SLOWER_SPLIT_BOUND = 1.015
 
 
 def _h200_like_balancer(ema: float = 0.3, cpu_fixed_s: float = 0.004) -> ThroughputBalancer:
@@ -108,14 +113,14 @@ def test_a_faster_split_that_two_slow_steps_moved_out_comes_back(seed):
 def test_a_split_slower_than_the_gpu_alone_stays_out_after_its_second_looks(seed):
     share, relative_time = _replay(split_gain=-0.03, seed=seed, cold_first=1.3)
     assert share <= 0.1
-    assert relative_time < 1.01
+    assert relative_time < SLOWER_SPLIT_BOUND
 
 
 @pytest.mark.parametrize("seed", range(8))
 def test_a_split_slower_than_the_gpu_alone_runs_only_when_probed(seed):
     share, relative_time = _replay(split_gain=-0.03, seed=seed)
     assert share <= 0.1
-    assert relative_time < 1.01
+    assert relative_time < SLOWER_SPLIT_BOUND
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -135,7 +140,53 @@ def test_a_split_the_calibrated_model_leaves_out_is_tried_and_kept_when_faster(s
 def test_a_left_out_device_that_is_slower_together_stays_out(seed):
     share, relative_time = _replay(split_gain=-0.03, seed=seed, cpu_fixed_s=0.020)
     assert share <= 0.1
-    assert relative_time < 1.01
+    assert relative_time < SLOWER_SPLIT_BOUND
+
+
+def _physical_replay(seed: int, cpu_rate_calibrated: float, cpu_rate: float = 1.42e-6, steps: int = 96):
+    """A run whose step times follow the shards: the CPU device 0.2 ms + `cpu_rate` per row
+    (x0.95-1.2 per step, x1.0-1.6 on its first step after another set), the GPU 0.1 ms +
+    0.165 µs per row, a split step the slower of the two + 0.6 ms, the GPU alone's + 0.3 ms, a
+    new shape 2 ms more (the H200's wide MLP at batch 65536, the seventeenth and eighteenth
+    sessions). The calibration read the CPU device at `cpu_rate_calibrated` per row. Returns
+    (share of split steps, run time relative to the GPU alone's)."""
+    rng = random.Random(seed)
+    b = ThroughputBalancer(2)
+    b.calibrate(0, [(16384, cpu_rate_calibrated * 16384), (BATCH, cpu_rate_calibrated * BATCH)] * 2, 0.0002)
+    b.calibrate(1, [(16384, 0.0001 + 1.65e-7 * 16384), (BATCH, 0.0001 + 1.65e-7 * BATCH)] * 2, 0.0)
+    schedule = SplitSchedule(b, rebalance_every=10)
+    schedule.warm.update({(0, 16384), (0, BATCH), (1, 16384), (1, BATCH)})
+    last, total, split_steps = None, 0.0, 0
+    for step in range(steps):
+        sizes = schedule.sizes(BATCH, step)
+        active = device_set(sizes)
+        cpu = gpu = None
+        if sizes[0]:
+            cpu = 0.0002 + cpu_rate * sizes[0] * rng.uniform(0.95, 1.2)
+            if last is not None and last != active:
+                cpu *= rng.uniform(1.0, 1.6)
+        if sizes[1]:
+            gpu = 0.0001 + 1.65e-7 * sizes[1] * rng.uniform(0.99, 1.02)
+        seconds = max(t for t in (cpu, gpu) if t is not None) + (0.0006 if len(active) > 1 else 0.0003)
+        if schedule.cold_shards(sizes):
+            seconds += 0.002
+        schedule.after_step(BATCH, sizes, seconds, [cpu, gpu if len(active) > 1 else None], 0.0)
+        last, total, split_steps = active, total + seconds, split_steps + (len(active) > 1)
+    return split_steps / steps, total / ((0.0001 + 1.65e-7 * BATCH * 1.005 + 0.0003) * steps)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_calibration_that_read_the_cpu_fast_gets_its_corrected_split_probed(seed):
+    """The H200's eighteenth session, call 2, run 5: the calibration read the CPU device at
+    1.17 µs per row against 1.42 in steps, so the model's first split gave it 8192 rows, which
+    took 12-13 ms beside the GPU's 9.6, and lost. The model, corrected by those steps, then
+    split 4096 / 61440, but the set's record was the 8192 split's, and it ran 2 of 96 steps.
+    The model's split in a new shape that the model expects faster is probed once. Without
+    that the same eight replays ran the split on 4-5% of the steps at 1.011-1.020x the GPU's
+    time."""
+    share, relative_time = _physical_replay(seed, cpu_rate_calibrated=1.17e-6)
+    assert share >= 0.85
+    assert relative_time < 0.99
 
 
 def test_calibration_fits_the_fastest_pass_of_each_size():
@@ -347,6 +398,42 @@ def test_a_checkpoint_from_before_second_looks_counts_sets_that_ran_as_past_thei
     resumed.plan(64, 1)
     resumed.record_step([8, 56], 0.009)
     assert not resumed.wants_second_look([8, 56], 0.009)
+
+
+def test_a_probe_whose_step_follows_a_pause_runs_again_and_is_measured_then():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    for _ in range(3):
+        schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0001)
+    observations = b.observations
+    b.probing = True                                                  # as plan() leaves it
+    schedule.after_step(64, [8, 56], 0.0300, [0.03, 0.0056], idle_seconds=0.5)  # after an evaluation
+    assert b.observations == observations and "0,1" not in b.measured
+    assert schedule.sizes(64, 5) == [8, 56] and b.probing             # the probe again, measured
+    schedule.after_step(64, [8, 56], 0.0070, [0.007, 0.0056], idle_seconds=0.0001)
+    assert b.measured["0,1"] == pytest.approx(0.0070 / 64)
+
+
+def test_the_models_split_in_a_new_shape_is_probed_once_in_that_shape():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064])         # device 1 alone ran
+    model = b.split(64, 1)
+    assert model[0] > 0
+    old_shape = [model[0] + 8, model[1] - 8]                          # the set's record: another shape,
+    assert b.predicted_seconds(model) < b.predicted_seconds(old_shape)  # one the model expects slower
+    b.plan(64, 1)
+    b.record_step(old_shape, 0.0080)
+    schedule.warm.discard((0, model[0]))                              # the new shape is cold
+    assert schedule.sizes(64, 10) == model and b.reshaping and b.probing  # probed in its own shape
+    assert schedule.cold_shards(model)                                # (a warm-up, then measured)
+    b.record_step(old_shape, 0.0080)                                  # the old shape again
+    b.plan(64, 1)
+    assert not b.reshaping                                            # once per set
+    state = b.state_dict()
+    resumed = ThroughputBalancer(2)
+    resumed.load_state_dict(state)
+    assert resumed.reshape_probes == {"0,1"} and resumed.record_shapes["0,1"] == old_shape
 
 
 # -- the tail: a device whose speed varies from step to step

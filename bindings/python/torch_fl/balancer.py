@@ -79,9 +79,14 @@ class ThroughputBalancer:
     unless it is more than probe_limit² times slower; a first real step faster than the
     calibrated record replaces it (a slower one is averaged in: it may carry one-off costs).
     A model split that took the place before it had a record counts its first record as the
-    one it took the place with. A split's first real step that lost by less than probe_limit
-    is looked at again at once: SplitSchedule runs it once more, and that step's time replaces
-    the first one's (wants_second_look).
+    one it took the place with. A split's first real step, or its first after steps of
+    another set, that lost by less than probe_limit is looked at again at once: SplitSchedule
+    runs it once more, and that step's time replaces the first one's (wants_second_look).
+    The model's split in another shape than the one its set's record measured is probed once
+    in that shape when the model expects it faster (a calibration off by 20% gives a first
+    split that loses; the model, corrected by its steps, moves rows, and the record of the old
+    shape would otherwise keep the new one out until the probe clock, which then runs the
+    set's last warm split).
 
     Tail: a step lasts as long as its slowest device, so a device whose speed varies from step
     to step (a host device sharing cores with the driver threads, a busy machine) sets the
@@ -145,6 +150,9 @@ class ThroughputBalancer:
         self._incumbent_record: float | None = None  # ...and its record when it took the place
         self.recheck: set[str] = set()     # sets that lost their place, probed at the next counted plan
         self.recorded_steps: dict[str, int] = {}  # device set -> real steps recorded for it
+        self.record_shapes: dict[str, list[int]] = {}  # device set -> the split of its last recorded step
+        self.reshape_probes: set[str] = set()  # "device set@split" of the model's splits probed as new shapes
+        self.reshaping = False  # the last plan probes the model's split in a new shape: run that shape
         self._first_looks: dict[str, float] = {}  # device set -> s/sample of the step a second look repeats
         self.second_looks: set[str] = set()  # split sets whose losing first step was looked at again
         # The last HISTORY events, oldest first, to see why a split ran: {"plan": n, "chose":
@@ -217,6 +225,7 @@ class ThroughputBalancer:
         key = self._key(device_set(shard_sizes))
         now = seconds / batch
         self.recorded_steps[key] = self.recorded_steps.get(key, 0) + 1
+        self.record_shapes[key] = [int(n) for n in shard_sizes]
         if second_look:
             first = self._first_looks.pop(key, now)
             record = now + max(first - now, 0.0) / self.SWITCH_PAYBACK
@@ -295,6 +304,10 @@ class ThroughputBalancer:
         return [self.measured[k] for k in self._candidates if k != key and k in self.measured]
 
     # -- the split
+
+    @staticmethod
+    def _shape_id(key: str, sizes: Sequence[int]) -> str:
+        return key + "@" + ",".join(str(int(n)) for n in sizes)
 
     @staticmethod
     def _key(devices: Iterable[int]) -> str:
@@ -441,7 +454,7 @@ class ThroughputBalancer:
         between re-balances) neither advances the probe clock nor probes."""
         if count:
             self.plans += 1
-        self.probing = self.rechecking = False
+        self.probing = self.rechecking = self.reshaping = False
         model = self.split(batch_size, granularity)
         candidates = {self._key(device_set(model)): model}
         for i in range(self.num_devices):
@@ -473,13 +486,28 @@ class ThroughputBalancer:
             # was the best when it took its place, so a step or two slower than that by orders
             # of magnitude (a page-in, a driver hiccup) is what made it far, and one step
             # costs less than the longest wait would lose.
+            # The model's split in a shape other than the one its set's record measured, when
+            # the model expects the new shape to be faster: the record says how the old shape
+            # ran (on the H200 a calibration that read the CPU device 20% fast gave it 8192
+            # rows, which took 12-13 ms beside the GPU's 9.6, and the corrected model's 4096
+            # rows waited for the probe clock behind that record). Once per shape.
+            model_key = next(iter(candidates))
+            shape = self.record_shapes.get(model_key)
+            reshaped = (best_ran and shape is not None and sum(shape) == batch_size and shape != model
+                        and model_key in self.measured and self.measured[model_key] != best_seen
+                        and not far(model_key) and model_key not in self.reshape_probes
+                        and self.predicted_seconds(model) < self.predicted_seconds(shape))
             due = [k for k in candidates
-                   if (k in self.recheck or k in calibrated_only) and self.measured.get(k) != best_seen]
+                   if (k in self.recheck or k in calibrated_only or (reshaped and k == model_key))
+                   and self.measured.get(k) != best_seen]
             self.recheck.clear()
             if due:
                 key = min(due, key=self.measured.__getitem__)
                 self.probing = self.rechecking = True
                 self.last_probe[key] = self.plans
+                if reshaped and key == model_key:
+                    self.reshaping = True
+                    self.reshape_probes.add(model_key)
                 return candidates[key]
             # A candidate that never ran and has no record (every device together, when the
             # model leaves one out) is tried once, at the first counted plan after the best has
@@ -540,6 +568,8 @@ class ThroughputBalancer:
                 "incumbent": self.incumbent, "incumbent_record": self._incumbent_record,
                 "recheck": sorted(self.recheck),
                 "recorded_steps": dict(self.recorded_steps), "second_looks": sorted(self.second_looks),
+                "record_shapes": {k: list(v) for k, v in self.record_shapes.items()},
+                "reshape_probes": sorted(self.reshape_probes),
                 "calibrated": self.calibrated, "observations": self.observations, "plans": self.plans}
 
     def load_state_dict(self, state: dict) -> None:
@@ -563,6 +593,9 @@ class ThroughputBalancer:
         self.recorded_steps = {str(k): int(v) for k, v in
                                state.get("recorded_steps", dict.fromkeys(state["last_seen"], 2)).items()}
         self.second_looks = {str(k) for k in state.get("second_looks", [])}
+        self.record_shapes = {str(k): [int(n) for n in v] for k, v in state.get("record_shapes", {}).items()}
+        self.reshape_probes = {str(k) for k in state.get("reshape_probes", [])}
+        self.reshaping = False
         self.overhead = [float(v) for v in state["overhead"]]
         self.per_sample = [float(v) for v in state["per_sample"]]
         self.transfer = [float(v) for v in state["transfer"]]
@@ -601,9 +634,11 @@ class SplitSchedule:
       forth (a replay with synthetic step times lost throughput when probes were judged on
       a second step instead).
 
-    One step is measured and then replaced: a split's first recorded step, when it lost to
-    another candidate by less than probe_limit, runs again at once and the second step's time
-    becomes the split's record (ThroughputBalancer.wants_second_look; once per device set).
+    One step is measured and then replaced: a split's first recorded step, or its first after
+    steps of another set, when it lost to another candidate by less than probe_limit, runs
+    again at once and the second step's time becomes the split's record, charged a share of
+    the first's excess (ThroughputBalancer.wants_second_look). A probe's step after a pause is
+    not recorded either: the probe runs again on the next step.
 
     Shard sizes are multiples of the granularity (`granularity`, or batch/16 rounded down to a
     power of two), so that a drifting split reuses a few shapes."""
@@ -667,10 +702,10 @@ class SplitSchedule:
         if batch_size not in self.planned or refresh or replan:
             # A re-plan alone does not advance the probe clock (probes stay paced by re-balances).
             sizes = self.balancer.plan(batch_size, self.granularity_for(batch_size), count=refresh or not replan)
-            if self.balancer.probing:
+            if self.balancer.probing and not self.balancer.reshaping:
                 # A probe asks whether a device set is competitive; a split of that set that
                 # already ran answers it without a warm-up step (new cuDNN plans cost more
-                # than a few samples' difference in the split).
+                # than a few samples' difference in the split). A probe of a new shape runs it.
                 warm = self._warm_split.get((batch_size, device_set(sizes)))
                 if warm is not None and self.cold_shards(sizes):
                     sizes = list(warm)
@@ -700,6 +735,12 @@ class SplitSchedule:
         self._second_look = None
         if cold:
             self._rerun = (batch_size, list(sizes), False)  # a warm-up: measure this split on the next step
+        elif paused and not returned and self.balancer.probing:
+            # A probe's step after a pause measures the pause's cold caches, and is not
+            # recorded: the probe runs again on the next step (on the H200 a recheck of the
+            # split fell on an epoch's first step and the split waited for the probe clock
+            # until the run ended).
+            self._rerun = (batch_size, list(sizes), False)
         elif not (returned or paused):  # (see the class's docstring)
             self.balancer.observe(sizes, device_seconds)
             self.balancer.record_step(sizes, step_seconds, second_look=second_look)

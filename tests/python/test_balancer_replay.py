@@ -400,6 +400,25 @@ def test_a_checkpoint_from_before_second_looks_counts_sets_that_ran_as_past_thei
     assert not resumed.wants_second_look([8, 56], 0.009)
 
 
+def test_a_split_that_loses_its_place_before_the_next_plan_is_rechecked_at_it():
+    """The H200's eighteenth session, call 2, run 2: the model's split ran from the first plan,
+    its third step took 13.4 ms against 11.0, and the re-plan moved to the GPU alone before
+    any counted plan had seen the split's record; no recheck was due and the GPU alone ran the
+    next 36 steps. The split's first record is the one it took the place with."""
+    b = _h200_like_balancer()
+    b.last_seen["1"] = 0                          # the GPU alone ran (its record is real)
+    model = b.plan(BATCH, 4096)
+    assert device_set(model) == (0, 1) and not b.probing
+    gpu = b.measured["1"] * BATCH
+    b.record_step(model, gpu * 0.975)
+    b.record_step(model, gpu * 0.975)
+    b.record_step(model, gpu * 1.2)               # one slow step: the split is beaten...
+    assert b.beaten(model)
+    assert b.plan(BATCH, 4096, count=False) == [0, BATCH]  # ...and the re-plan runs the GPU alone
+    assert b.recheck == {"0,1"}
+    assert device_set(b.plan(BATCH, 4096)) == (0, 1) and b.rechecking  # rechecked at the next plan
+
+
 def test_a_probe_whose_step_follows_a_pause_runs_again_and_is_measured_then():
     schedule = _two_device_schedule()
     b = schedule.balancer

@@ -26,6 +26,7 @@ and the range of that device's windows.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -176,6 +177,23 @@ def main() -> None:
     if args.split is not None:
         print(f"fixed split {args.split} (no balancer), gradients reduced on {hdp.reduce_device}")
     steps: list[dict] = []  # --history: every step of the pair
+    # Python's full (generation 2) garbage collections: each walks every tracked object (about
+    # 166k with torch imported; 35-140 ms each on the 2-core CI machine) with the GIL held,
+    # which would stall the threads that drive the devices. Each step records the milliseconds
+    # of those that began during it (the H200's single CPU-device stalls of 21-82 ms: are
+    # they these?). In CPU-only runs here none fell during the pair's steps.
+    full_collections: list[tuple[float, float]] = []  # (start, milliseconds)
+    collection_start: list[float] = []
+
+    def on_collection(phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            collection_start[:] = [time.perf_counter()]
+        elif collection_start:
+            full_collections.append((collection_start[0], 1e3 * (time.perf_counter() - collection_start[0])))
+
+    gc.callbacks.append(on_collection)
     pair_samples, pair_seconds = 0, 0.0
     pair_epochs: list[float] = []  # samples/s of each epoch after the calibration
     for epoch in range(args.epochs):
@@ -186,13 +204,14 @@ def main() -> None:
             step_start = time.perf_counter()
             losses.append(hdp.train_step(xb, yb, F.cross_entropy))
             step_seconds = time.perf_counter() - step_start
+            gc_ms = sum(ms for t, ms in full_collections if step_start <= t < step_start + step_seconds)
             shards[tuple(hdp.last_shards)] = shards.get(tuple(hdp.last_shards), 0) + 1
             samples += len(xb)
             if args.history:
                 # device_seconds: each device's forward/backward of its shard (None where not timed),
                 # to tell which device a slow step waited for.
                 steps.append({"epoch": epoch + 1, "shards": list(hdp.last_shards), "seconds": step_seconds,
-                              "device_seconds": list(hdp.last_device_seconds),
+                              "device_seconds": list(hdp.last_device_seconds), "gc_ms": gc_ms,
                               "records": dict(hdp.balancer.measured)})
         seconds = time.perf_counter() - start
         rate = samples / seconds
@@ -236,6 +255,10 @@ def main() -> None:
           + ", ".join(f"{names(k)} {v * 1e6:.2f}" for k, v in records))
     print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items()
                         if k in ("overhead", "per_sample", "transfer", "slowdown", "measured")})
+    gc.callbacks.remove(on_collection)
+    print(f"full garbage collections: {len(full_collections)}, "
+          f"{' '.join(f'{ms:.1f}' for _, ms in full_collections) or 'none'} ms, during the pair's steps: "
+          f"{sum(s['gc_ms'] > 0 for s in steps) if args.history else 'see --history'}")
     print(torch_fl.fallback_report().splitlines()[-1])
     if args.history:
         with open(args.history, "w") as f:

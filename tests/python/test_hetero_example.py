@@ -13,9 +13,10 @@ from conftest import REPO, run_python
 pytest.importorskip("sklearn")
 
 
-def _example_process(*args: str, timeout: float = 300):
-    """examples/hetero_train.py with `args`, on fl:0 and fl:1 of the CPU plugin, in a fresh process."""
-    code = ("import runpy, sys; sys.argv = ['hetero_train.py'] + %r; "
+def _example_process(*args: str, timeout: float = 300, before: str = ""):
+    """examples/hetero_train.py with `args`, on fl:0 and fl:1 of the CPU plugin, in a fresh process
+    (after the Python statements `before`)."""
+    code = (before + "\nimport runpy, sys; sys.argv = ['hetero_train.py'] + %r; "
             "runpy.run_path(%r, run_name='__main__')") % (list(args), str(REPO / "examples" / "hetero_train.py"))
     return run_python(code, env={"FL_CPU_DEVICES": "2"}, timeout=timeout)
 
@@ -74,6 +75,29 @@ def test_example_writes_every_step_to_its_history(tmp_path):
     assert set(data["steps"][-1]["records"]) >= {"0", "1"}  # each device alone, from the calibration on
     assert set(data["alone_windows"]) == {"fl:0", "fl:1"} and all(len(w) == 1 for w in data["alone_windows"].values())
     assert data["balancer_history"] and f"history: 12 steps written to {history}" in out
+    assert all(s["gc_ms"] >= 0 for s in data["steps"]) and "full garbage collections: " in out
+
+
+def test_the_history_gives_each_step_the_full_garbage_collections_that_began_in_it(tmp_path):
+    """A step that runs a full collection (here gc.collect() at the start of every train_step
+    from the second epoch on) has its milliseconds."""
+    history = tmp_path / "history.json"
+    before = ("import gc, torch_fl.parallel as p\n"
+              "train_step = p.HeteroDataParallel.train_step\n"
+              "calls = [0]\n"
+              "def collecting(self, *a, **k):\n"
+              "    calls[0] += 1\n"
+              "    if calls[0] > 6: gc.collect()\n"
+              "    return train_step(self, *a, **k)\n"
+              "p.HeteroDataParallel.train_step = collecting")
+    r = _example_process("--model", "wide", "--samples", "4096", "--batch-size", "512", "--epochs", "2",
+                         "--history", str(history), before=before)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    import json
+    steps = json.loads(history.read_text())["steps"]
+    assert all(s["gc_ms"] > 0 for s in steps[6:])  # (an automatic one may fall in the first epoch too)
+    during = re.search(r"during the pair's steps: (\d+)", r.stdout)
+    assert during and int(during.group(1)) == sum(s["gc_ms"] > 0 for s in steps) >= 6
 
 
 def test_example_rejects_a_batch_larger_than_the_data():

@@ -360,7 +360,7 @@ def test_a_split_that_switched_in_after_steps_of_another_set_gets_a_second_look(
     schedule.after_step(64, [8, 56], 0.0060, [0.006, 0.0056])
     assert b.history[-1]["second_look"] and b.history[-1]["won"]
     schedule.after_step(64, [8, 56], 0.0066, [0.0066, 0.0056])  # a loss not after a switch:
-    assert schedule._rerun is None                                # no second look
+    assert not schedule._rerun                                     # no second look
 
 
 def test_a_second_look_is_once_per_set_and_not_for_a_far_slower_split_or_one_device():
@@ -370,7 +370,7 @@ def test_a_second_look_is_once_per_set_and_not_for_a_far_slower_split_or_one_dev
     b.plan(64, 1)
     assert not b.wants_second_look([0, 64], 0.009)                # one device: no second look
     schedule.after_step(64, [8, 56], 0.0064 * 2.5, [0.016, 0.0056])  # 2.5x the best: far
-    assert b.second_looks == set() and schedule._rerun is None  # nothing runs again
+    assert b.second_looks == set() and not schedule._rerun  # nothing runs again
     b2 = _two_device_schedule()
     b2.after_step(64, [0, 64], 0.0064, [None, 0.0064])
     b2.balancer.plan(64, 1)
@@ -419,6 +419,37 @@ def test_a_split_that_loses_its_place_before_the_next_plan_is_rechecked_at_it():
     assert device_set(b.plan(BATCH, 4096)) == (0, 1) and b.rechecking  # rechecked at the next plan
 
 
+def test_a_second_look_that_replaces_a_cold_first_step_is_the_record_the_split_took_its_place_with():
+    b = _h200_like_balancer()
+    b.last_seen["1"] = 0
+    model = b.plan(BATCH, 4096)
+    gpu = b.measured["1"] * BATCH
+    b.record_step(model, gpu * 1.3)               # the first step, cold, loses...
+    assert b.wants_second_look(model, gpu * 1.3)
+    b.record_step(model, gpu * 0.97, second_look=True)  # ...the second look wins
+    b.record_step(model, gpu * 1.2)               # a slow step: beaten, the re-plan moves away
+    assert b.plan(BATCH, 4096, count=False) == [0, BATCH] and b.recheck == {"0,1"}
+
+
+def test_a_second_look_survives_a_pause_and_a_batch_of_another_size_in_between():
+    schedule = _two_device_schedule()
+    b = schedule.balancer
+    for _ in range(3):
+        schedule.after_step(64, [0, 64], 0.0064, [None, 0.0064], idle_seconds=0.0001)
+    b.plan(64, 1)
+    schedule.after_step(64, [8, 56], 0.0080, [0.008, 0.0056], idle_seconds=0.0001)  # loses: a second look
+    schedule.warm.discard((0, 2))
+    assert schedule.sizes(32, 4) != [8, 56]
+    schedule.after_step(32, [2, 30], 0.004, [0.002, 0.003], idle_seconds=0.0001)  # another size, a warm-up
+    assert schedule.sizes(64, 5) == [8, 56]                                      # the second look still runs...
+    schedule.after_step(64, [8, 56], 0.0300, [0.03, 0.0056], idle_seconds=0.5)  # ...after a pause: not recorded
+    assert "0,1" not in b.second_looks and b.measured["0,1"] == pytest.approx(0.0080 / 64)
+    assert schedule.sizes(64, 6) == [8, 56]                                      # so it runs once more
+    schedule.after_step(64, [8, 56], 0.0060, [0.006, 0.0056], idle_seconds=0.0001)
+    assert b.history[-1]["second_look"] and b.second_looks == {"0,1"}
+    assert schedule.sizes(32, 7) == [2, 30]                                      # (the other size's rerun)
+
+
 def test_a_probe_whose_step_follows_a_pause_runs_again_and_is_measured_then():
     schedule = _two_device_schedule()
     b = schedule.balancer
@@ -452,7 +483,7 @@ def test_the_models_split_in_a_new_shape_is_probed_once_in_that_shape():
     state = b.state_dict()
     resumed = ThroughputBalancer(2)
     resumed.load_state_dict(state)
-    assert resumed.reshape_probes == {"0,1"} and resumed.record_shapes["0,1"] == old_shape
+    assert resumed.reshape_probes == {"0,1"} and resumed.record_shapes["0,1|64"] == old_shape
 
 
 # -- the tail: a device whose speed varies from step to step

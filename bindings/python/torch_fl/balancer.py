@@ -150,11 +150,11 @@ class ThroughputBalancer:
         self._incumbent_record: float | None = None  # ...and its record when it took the place
         self.recheck: set[str] = set()     # sets that lost their place, probed at the next counted plan
         self.recorded_steps: dict[str, int] = {}  # device set -> real steps recorded for it
-        self.record_shapes: dict[str, list[int]] = {}  # device set -> the split of its last recorded step
-        self.reshape_probes: set[str] = set()  # "device set@split" of the model's splits probed as new shapes
+        self.record_shapes: dict[str, list[int]] = {}  # "device set|batch" -> the split of its last recorded step
+        self.reshape_probes: set[str] = set()  # device sets whose model split was probed in a new shape
         self.reshaping = False  # the last plan probes the model's split in a new shape: run that shape
         self._first_looks: dict[str, float] = {}  # device set -> s/sample of the step a second look repeats
-        self.second_looks: set[str] = set()  # split sets whose losing first step was looked at again
+        self.second_looks: set[str] = set()  # split sets whose losing first step was looked at again (recorded)
         # The last HISTORY events, oldest first, to see why a split ran: {"plan": n, "chose":
         # device set, "probing": bool, "records": {device set: s/sample}} per counted plan,
         # and {"step": device set, "during_plan": n, "s_per_sample": measured, "record": after}
@@ -225,14 +225,19 @@ class ThroughputBalancer:
         key = self._key(device_set(shard_sizes))
         now = seconds / batch
         self.recorded_steps[key] = self.recorded_steps.get(key, 0) + 1
-        self.record_shapes[key] = [int(n) for n in shard_sizes]
-        if second_look:
+        self.record_shapes[f"{key}|{batch}"] = [int(n) for n in shard_sizes]
+        if not second_look:
+            self._first_looks.pop(key, None)  # a second look granted and not run (see SplitSchedule)
+        else:
+            self.second_looks.add(key)
             first = self._first_looks.pop(key, now)
             record = now + max(first - now, 0.0) / self.SWITCH_PAYBACK
             won = record <= min(self._other_records(key), default=math.inf)
             if won:
                 self.losses[key] = 0
             self.measured[key] = record
+            if key == self.incumbent:  # it took the place with its cold first step's record
+                self._incumbent_record = record
             self.last_seen[key] = self.plans
             self.history.append({"step": key, "during_plan": self.plans, "s_per_sample": now, "record": record,
                                  "second_look": True, "won": won})
@@ -294,7 +299,6 @@ class ThroughputBalancer:
         now, best = seconds / batch, min(others)
         if not best < now <= self.probe_limit * best:
             return False
-        self.second_looks.add(key)
         self._first_looks[key] = now
         return True
 
@@ -310,10 +314,6 @@ class ThroughputBalancer:
         return [self.measured[k] for k in self._candidates if k != key and k in self.measured]
 
     # -- the split
-
-    @staticmethod
-    def _shape_id(key: str, sizes: Sequence[int]) -> str:
-        return key + "@" + ",".join(str(int(n)) for n in sizes)
 
     @staticmethod
     def _key(devices: Iterable[int]) -> str:
@@ -496,9 +496,9 @@ class ThroughputBalancer:
             # the model expects the new shape to be faster: the record says how the old shape
             # ran (on the H200 a calibration that read the CPU device 20% fast gave it 8192
             # rows, which took 12-13 ms beside the GPU's 9.6, and the corrected model's 4096
-            # rows waited for the probe clock behind that record). Once per shape.
+            # rows waited for the probe clock behind that record). Once per device set.
             model_key = next(iter(candidates))
-            shape = self.record_shapes.get(model_key)
+            shape = self.record_shapes.get(f"{model_key}|{batch_size}")
             reshaped = (best_ran and shape is not None and sum(shape) == batch_size and shape != model
                         and model_key in self.measured and self.measured[model_key] != best_seen
                         and not far(model_key) and model_key not in self.reshape_probes
@@ -622,7 +622,8 @@ class SplitSchedule:
 
     - a warm-up: a shard size new to a device (cuDNN plans, allocator blocks). The same split
       runs again on the next step and that one is measured; a probe reuses its device set's
-      last warm split instead of warming up a new one.
+      last warm split instead of warming up a new one (but a probe of the model's split in a
+      new shape, which runs that shape).
     - a return: the step after a probe that runs another device set than the probe did (the
       set the probe interrupted, as a rule; a probe that follows a probe is measured), and
       the first step after a pause (the caller spent longer between two steps than the step
@@ -660,7 +661,7 @@ class SplitSchedule:
         self.warm: set[tuple[int, int]] = set()  # (device index, shard size) that ran before
         # (batch, sizes, second look) to run again, measured; a second look's step replaces the
         # split's first record (ThroughputBalancer.wants_second_look).
-        self._rerun: tuple[int, list[int], bool] | None = None
+        self._rerun: dict[int, tuple[list[int], bool]] = {}
         self._second_look: list[int] | None = None  # the sizes of the second look sizes() handed out
         self._warm_split: dict[tuple, list[int]] = {}  # (batch, device set) -> its last split that ran
         self._refresh_pending = False
@@ -684,7 +685,7 @@ class SplitSchedule:
         """Drops the splits planned so far (after calibration or a resume), and what the
         last step was: the next one is neither a return nor after a pause."""
         self.planned.clear()
-        self._rerun = None
+        self._rerun.clear()
         self._second_look = None
         self._replan_for = None
         self._last_set, self._last_probed, self._last_seconds = None, False, None
@@ -693,9 +694,8 @@ class SplitSchedule:
         """The split of step number `step` (counted from 0) for a batch of `batch_size` rows."""
         due = self.rebalance_every > 0 and step % self.rebalance_every == 0
         self._second_look = None
-        if self._rerun is not None and self._rerun[0] == batch_size:
-            _, sizes, second_look = self._rerun
-            self._rerun = None
+        if batch_size in self._rerun:
+            sizes, second_look = self._rerun.pop(batch_size)
             if second_look:
                 self._second_look = list(sizes)
             self._refresh_pending |= due  # a re-balance due now happens on the next step
@@ -740,13 +740,13 @@ class SplitSchedule:
         second_look = self._second_look == list(sizes)
         self._second_look = None
         if cold:
-            self._rerun = (batch_size, list(sizes), False)  # a warm-up: measure this split on the next step
-        elif paused and not returned and self.balancer.probing:
-            # A probe's step after a pause measures the pause's cold caches, and is not
-            # recorded: the probe runs again on the next step (on the H200 a recheck of the
-            # split fell on an epoch's first step and the split waited for the probe clock
+            self._rerun[batch_size] = (list(sizes), False)  # a warm-up: measure this split on the next step
+        elif paused and not returned and (self.balancer.probing or second_look):
+            # A probe's step (or a second look) after a pause measures the pause's cold caches,
+            # and is not recorded: it runs again on the next step (on the H200 a recheck of
+            # the split fell on an epoch's first step and the split waited for the probe clock
             # until the run ended).
-            self._rerun = (batch_size, list(sizes), False)
+            self._rerun[batch_size] = (list(sizes), second_look)
         elif not (returned or paused):  # (see the class's docstring)
             self.balancer.observe(sizes, device_seconds)
             self.balancer.record_step(sizes, step_seconds, second_look=second_look)
@@ -754,7 +754,7 @@ class SplitSchedule:
             if comparable and not second_look and self.balancer.wants_second_look(sizes, step_seconds, switched_in):
                 # A split's first step, or its first after another set, lost: it runs again at
                 # once, and that step's time is its record (see wants_second_look).
-                self._rerun = (batch_size, list(sizes), True)
+                self._rerun[batch_size] = (list(sizes), True)
             # A split that just measured slower than another candidate's record is not kept
             # until the next re-balance: the next step of this batch size plans again (when
             # re-balancing is on; not on a batch of another size than the step before, such

@@ -85,16 +85,26 @@ SHAPE_PAIRS = [((4, 5), (4, 5)), ((4, 5), (5,)), ((4, 1), (1, 5)), ((2, 3, 4), (
 
 @pytest.mark.parametrize("name,dtype", BINARY_CASES, ids=[f"{n}-{str(d)[6:]}" for n, d in BINARY_CASES])
 @pytest.mark.parametrize("shapes", SHAPE_PAIRS, ids=lambda s: "x".join(map(str, s[0])) + "_" + "x".join(map(str, s[1])))
-def test_binary(name, dtype, shapes, request):
-    if name == "div_trunc" and dtype == torch.bfloat16:
-        # ATen rounds the bf16 quotient to bf16 before truncating (-13.97 -> -14 -> -14); the
-        # CPU plugin truncates the float quotient (-13). Reported to the plugin's owner.
-        request.applymarker(pytest.mark.xfail(reason="CPU plugin: div trunc bf16 rounding order",
-                                              strict=False))
+def test_binary(name, dtype, shapes):
     fn = BINARY[name][0]
     a = make(shapes[0], dtype)
     b = make(shapes[1], dtype, nonzero=name.startswith(("div", "remainder", "fmod")), seed=1)
     check(fn, a, b, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_div_trunc_rounds_the_quotient_as_atens_cpu_does(dtype):
+    """ATen's CPU rounds a 16-bit quotient to its dtype before truncating, but truncates the
+    float quotient when the divisor is one value (TensorIterator's is_scalar)."""
+    a = torch.tensor([1.3984375, -2.546875, 7.0, -5.5], dtype=dtype)
+    b = torch.tensor([-0.10009765625, -0.283203125, 0.7, 1.1], dtype=dtype)
+    for divisor in (b, b[:1], b[:1].reshape(()), b[:1].reshape(1, 1)):
+        ref = torch.div(a, divisor, rounding_mode="trunc")
+        got = torch.div(a.to("fl:0"), divisor.to("fl:0"), rounding_mode="trunc").cpu()
+        assert torch.equal(got, ref), (divisor, got, ref)
+    if dtype == torch.bfloat16:  # -13.97 in float, -14 in bf16
+        assert torch.div(a.to("fl:0"), b.to("fl:0"), rounding_mode="trunc")[0].item() == -14
+        assert torch.div(a.to("fl:0"), b[:1].to("fl:0"), rounding_mode="trunc")[0].item() == -13
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64])

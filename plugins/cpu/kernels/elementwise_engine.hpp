@@ -87,7 +87,13 @@ template <class TIn, class TOut, template <class> class Op, int N>
     for (int64_t i = 0; i < n; ++i) o[i] = convert<TOut>(op(convert<C>(a[i])));
   } else if constexpr (N == 2) {
     const TIn* b = reinterpret_cast<const TIn*>(in[1]);
-    for (int64_t i = 0; i < n; ++i) o[i] = convert<TOut>(op(convert<C>(a[i]), convert<C>(b[i])));
+    if constexpr (requires(const Op<C>& f, C x) { f.template in_storage<TIn>(x, x); }) {
+      // An op whose ATen kernel rounds an intermediate to the storage type (see DivTrunc).
+      for (int64_t i = 0; i < n; ++i)
+        o[i] = convert<TOut>(op.template in_storage<TIn>(convert<C>(a[i]), convert<C>(b[i])));
+    } else {
+      for (int64_t i = 0; i < n; ++i) o[i] = convert<TOut>(op(convert<C>(a[i]), convert<C>(b[i])));
+    }
   } else if constexpr (N == 3) {
     const TIn* b = reinterpret_cast<const TIn*>(in[1]);
     const TIn* c = reinterpret_cast<const TIn*>(in[2]);

@@ -150,6 +150,25 @@ struct DivTrunc {
   }
 };
 
+// div(rounding_mode="trunc") by a divisor of more than one element. For the 16-bit floats,
+// ATen's CPU kernel (Vectorized<BFloat16>'s operator/, c10's BFloat16 / BFloat16 in its scalar
+// loop) rounds the quotient to the storage type before truncating: bf16 1.3984375 /
+// -0.10009765625 is -13.97 in float, -14 in bf16, so -14 (DivTrunc gives -13). By a single
+// value (a Scalar, or a tensor of one element: TensorIterator's is_scalar) it truncates the
+// float quotient, as DivTrunc does.
+template <class C>
+struct DivTruncRoundedQuotient : DivTrunc<C> {
+  using DivTrunc<C>::DivTrunc;
+  template <class S>
+  C in_storage(C a, C b) const {
+    if constexpr (kFloat<C>) {
+      return std::trunc(convert<C>(convert<S>(a / b)));
+    } else {
+      return (*this)(a, b);
+    }
+  }
+};
+
 template <class C>
 struct DivFloor {
   explicit DivFloor(const Param*) {}

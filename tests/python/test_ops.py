@@ -93,6 +93,23 @@ def test_binary(name, dtype, shapes):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name,fn", [
+    ("mul", lambda x, s: x * s), ("rmul", lambda x, s: s * x), ("mul_", lambda x, s: x.clone().mul_(s)),
+    ("div", lambda x, s: x / s), ("div_trunc", lambda x, s: torch.div(x, s, rounding_mode="trunc")),
+    ("div_floor", lambda x, s: torch.div(x, s, rounding_mode="floor")), ("add", lambda x, s: x + s),
+    ("sub", lambda x, s: x - s)])
+def test_a_single_value_operand_of_a_16_bit_float_op_is_rounded_as_atens_cpu_rounds_it(dtype, name, fn):
+    """mul and div by a Python scalar or a one-element tensor keep it in float on ATen's CPU
+    (0.3, not bfloat16's 0.30078125): x * 0.3 differed from torch's CPU in 47% of bfloat16
+    elements. add and sub round it to the tensor's dtype there, as here."""
+    x = make((4096,), torch.float32, seed=3).mul(30).to(dtype)
+    for s in (0.3, -1.7, torch.tensor(0.3), torch.tensor([0.3], dtype=dtype)):
+        ref = fn(x, s)
+        got = fn(x.to("fl:0"), s.to("fl:0") if isinstance(s, torch.Tensor) else s).cpu()
+        assert torch.equal(got, ref), (name, s, int((got != ref).sum()))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_div_trunc_rounds_the_quotient_as_atens_cpu_does(dtype):
     """ATen's CPU rounds a 16-bit quotient to its dtype before truncating, but truncates the
     float quotient when the divisor is one value (TensorIterator's is_scalar)."""

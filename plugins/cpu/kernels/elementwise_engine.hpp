@@ -138,6 +138,21 @@ inline bool cpu_has_fma() {
 }
 #endif
 
+// A binary Op on a 16-bit float `a` and a second operand already in the compute type (float):
+// ATen's CPU mul and div (true, trunc, floor) by a single value (TensorIterator's is_scalar)
+// keep that value in float (original_scalar_value<opmath_t>), so a Python scalar such as 0.3
+// is not rounded to bfloat16 first. The engine converts that operand to float32 (PlanInput).
+template <class TIn, template <class> class Op>
+void contiguous_kernel_opmath_b(char* out, char* const* in, int64_t n, const Param* params) {
+  using C = opmath_t<TIn>;
+  static_assert(std::is_same_v<C, float>);
+  const Op<C> op(params);
+  TIn* __restrict o = reinterpret_cast<TIn*>(out);
+  const TIn* a = reinterpret_cast<const TIn*>(in[0]);
+  const C* b = reinterpret_cast<const C*>(in[1]);
+  for (int64_t i = 0; i < n; ++i) o[i] = convert<TIn>(op(convert<C>(a[i]), b[i]));
+}
+
 // The contiguous kernel of Op for input dtype `dtype` (in Mask), output of the same dtype or
 // bool (BoolOut). Throws NOT_SUPPORTED naming `op` for a dtype outside Mask.
 template <template <class> class Op, int N, uint64_t Mask, bool BoolOut = false>
@@ -152,6 +167,16 @@ ContigFn select_kernel(fl_dtype_t dtype, const char* op) {
 #endif
     return &contiguous_kernel<T, TOut, Op, N>;
   });
+}
+
+// contiguous_kernel_opmath_b of Op for a 16-bit float `dtype`; nullptr for any other dtype.
+template <template <class> class Op>
+ContigFn select_kernel_opmath_b(fl_dtype_t dtype) {
+  switch (dtype) {
+    case FL_DTYPE_BFLOAT16: return &contiguous_kernel_opmath_b<BFloat16, Op>;
+    case FL_DTYPE_FLOAT16: return &contiguous_kernel_opmath_b<Half, Op>;
+    default: return nullptr;
+  }
 }
 
 }  // namespace fl::cpu::kernels

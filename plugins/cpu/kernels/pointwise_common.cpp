@@ -69,7 +69,8 @@ void launch_pointwise_as(const fl_kernel_call* call, const char* op, const Tenso
 void launch_pointwise(const fl_kernel_call* call, const char* op, const TensorDesc& out,
                       std::initializer_list<const TensorDesc*> typing,
                       std::initializer_list<const TensorDesc*> inputs, KernelSelector select,
-                      Promotion promotion, std::initializer_list<Param> params) {
+                      Promotion promotion, std::initializer_list<Param> params,
+                      OpmathOperandSelector opmath_b) {
   fl_dtype_t compute = result_type(typing);
   if (promotion == Promotion::kIntToFloat && !is_floating(compute)) compute = FL_DTYPE_FLOAT32;
   if (promotion == Promotion::kCompare) {
@@ -78,6 +79,16 @@ void launch_pointwise(const fl_kernel_call* call, const char* op, const TensorDe
   } else if (out.dtype != compute) {
     unsupported(op, std::string("output dtype ") + plugin::dtype_name(out.dtype) +
                         " differs from the computation dtype " + plugin::dtype_name(compute));
+  }
+  if (opmath_b != nullptr && inputs.size() == 2 && inputs.begin()[1]->numel() == 1) {
+    if (ContigFn kernel = opmath_b(compute)) {  // (see contiguous_kernel_opmath_b)
+      ElementwisePlan plan = plan_elementwise(
+          op, out, {PlanInput{inputs.begin()[0], compute}, PlanInput{inputs.begin()[1], FL_DTYPE_FLOAT32}}, kernel);
+      int i = 0;
+      for (const Param& p : params) plan.params[i++] = p;
+      submit_elementwise(call, plan);
+      return;
+    }
   }
   launch_pointwise_as(call, op, out, compute, inputs, select, params);
 }

@@ -34,14 +34,20 @@ enum class Promotion {
 };
 
 using KernelSelector = ContigFn (*)(fl_dtype_t, const char*);
+// select_kernel_opmath_b<Op>: a kernel whose second operand is float, for a 16-bit float
+// compute dtype (nullptr otherwise).
+using OpmathOperandSelector = ContigFn (*)(fl_dtype_t);
 
 // Picks the compute dtype (throws NOT_SUPPORTED when the output dtype differs from ATen's),
 // plans the loop over `inputs` (converted to the compute dtype) and enqueues it.
-// `typing` lists the operands that take part in type promotion.
+// `typing` lists the operands that take part in type promotion. With `opmath_b`, a second
+// input of one element is converted to float instead, and opmath_b's kernel runs where it has
+// one for the compute dtype (ATen's mul and div by a single value of a 16-bit float tensor).
 void launch_pointwise(const fl_kernel_call* call, const char* op, const TensorDesc& out,
                       std::initializer_list<const TensorDesc*> typing,
                       std::initializer_list<const TensorDesc*> inputs, KernelSelector select,
-                      Promotion promotion, std::initializer_list<Param> params = {});
+                      Promotion promotion, std::initializer_list<Param> params = {},
+                      OpmathOperandSelector opmath_b = nullptr);
 
 // Same, with an explicit compute dtype for the inputs (e.g. where's bool condition is
 // converted to the compute dtype of self/other).

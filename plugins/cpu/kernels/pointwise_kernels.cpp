@@ -66,6 +66,18 @@ void gelu_out(const fl_kernel_call* call) {
 
 // ---- binary: (self, other[, alpha]) -> out ---------------------------------------------
 
+// The binary ops whose ATen CPU kernel keeps a single-value second operand of a 16-bit float
+// computation in float (see contiguous_kernel_opmath_b). add and sub round it (and alpha) to
+// the tensor's dtype on ATen's CPU, as the plugin does.
+template <template <class> class Op>
+inline constexpr OpmathOperandSelector kOpmathOther = nullptr;
+template <> inline constexpr OpmathOperandSelector kOpmathOther<fn::Mul> = &select_kernel_opmath_b<fn::Mul>;
+template <> inline constexpr OpmathOperandSelector kOpmathOther<fn::Div> = &select_kernel_opmath_b<fn::Div>;
+template <>
+inline constexpr OpmathOperandSelector kOpmathOther<fn::DivTrunc> = &select_kernel_opmath_b<fn::DivTrunc>;
+template <>
+inline constexpr OpmathOperandSelector kOpmathOther<fn::DivFloor> = &select_kernel_opmath_b<fn::DivFloor>;
+
 // `other` is a Tensor (Tensor overloads) or a Scalar (Scalar_out overloads).
 template <template <class> class Op, uint64_t Mask, Promotion P, bool ScalarOther, bool HasAlpha,
           bool BoolOut = false>
@@ -78,10 +90,11 @@ void binary_body(const fl_kernel_call* call, const char* op) {
   constexpr KernelSelector select = &select_kernel<Op, 2, Mask, BoolOut>;
   if constexpr (ScalarOther) {
     ScalarOperand other(args, 1, op);
-    launch_pointwise(call, op, out, {&self, &other.desc()}, {&self, &other.desc()}, select, P, {alpha});
+    launch_pointwise(call, op, out, {&self, &other.desc()}, {&self, &other.desc()}, select, P, {alpha},
+                     kOpmathOther<Op>);
   } else {
     TensorDesc other = describe(args.tensor(1), op);
-    launch_pointwise(call, op, out, {&self, &other}, {&self, &other}, select, P, {alpha});
+    launch_pointwise(call, op, out, {&self, &other}, {&self, &other}, select, P, {alpha}, kOpmathOther<Op>);
   }
 }
 
@@ -143,16 +156,17 @@ void div_mode_body(const fl_kernel_call* call, const char* op) {
   }
   if (mode.empty()) {
     launch_pointwise(call, op, out, {&self, other}, {&self, other},
-                     &select_kernel<fn::Div, 2, kFloatingMask>, Promotion::kIntToFloat);
+                     &select_kernel<fn::Div, 2, kFloatingMask>, Promotion::kIntToFloat, {}, kOpmathOther<fn::Div>);
   } else if (mode == "trunc") {
     // (see DivTruncRoundedQuotient)
     launch_pointwise(call, op, out, {&self, other}, {&self, other},
                      other->numel() == 1 ? &select_kernel<fn::DivTrunc, 2, kArithmeticMask>
                                          : &select_kernel<fn::DivTruncRoundedQuotient, 2, kArithmeticMask>,
-                     Promotion::kSame);
+                     Promotion::kSame, {}, kOpmathOther<fn::DivTrunc>);
   } else if (mode == "floor") {
     launch_pointwise(call, op, out, {&self, other}, {&self, other},
-                     &select_kernel<fn::DivFloor, 2, kArithmeticMask>, Promotion::kSame);
+                     &select_kernel<fn::DivFloor, 2, kArithmeticMask>, Promotion::kSame, {},
+                     kOpmathOther<fn::DivFloor>);
   } else {
     invalid(op, "rounding_mode must be None, 'trunc' or 'floor', got '" + mode + "'");
   }

@@ -41,6 +41,26 @@ ScalarOperand::ScalarOperand(const plugin::Args& args, int32_t index, const char
   }
 }
 
+namespace {
+
+// Plans `inputs` (each converted to its PlanInput dtype) with `kernel` and enqueues the plan.
+void launch_planned(const fl_kernel_call* call, const char* op, const TensorDesc& out, const PlanInput* in,
+                    int n, ContigFn kernel, std::initializer_list<Param> params) {
+  ElementwisePlan plan;
+  switch (n) {
+    case 1: plan = plan_elementwise(op, out, {in[0]}, kernel); break;
+    case 2: plan = plan_elementwise(op, out, {in[0], in[1]}, kernel); break;
+    case 3: plan = plan_elementwise(op, out, {in[0], in[1], in[2]}, kernel); break;
+    case 4: plan = plan_elementwise(op, out, {in[0], in[1], in[2], in[3]}, kernel); break;
+    default: invalid(op, "bad operand count");
+  }
+  int i = 0;
+  for (const Param& p : params) plan.params[i++] = p;
+  submit_elementwise(call, plan);
+}
+
+}  // namespace
+
 void launch_pointwise_as(const fl_kernel_call* call, const char* op, const TensorDesc& out,
                          fl_dtype_t compute, std::initializer_list<const TensorDesc*> inputs,
                          KernelSelector select, std::initializer_list<Param> params) {
@@ -48,22 +68,7 @@ void launch_pointwise_as(const fl_kernel_call* call, const char* op, const Tenso
   PlanInput plan_inputs[kMaxOperands - 1];
   int n = 0;
   for (const TensorDesc* t : inputs) plan_inputs[n++] = PlanInput{t, compute};
-  ElementwisePlan plan;
-  switch (n) {
-    case 1: plan = plan_elementwise(op, out, {plan_inputs[0]}, kernel); break;
-    case 2: plan = plan_elementwise(op, out, {plan_inputs[0], plan_inputs[1]}, kernel); break;
-    case 3:
-      plan = plan_elementwise(op, out, {plan_inputs[0], plan_inputs[1], plan_inputs[2]}, kernel);
-      break;
-    case 4:
-      plan = plan_elementwise(
-          op, out, {plan_inputs[0], plan_inputs[1], plan_inputs[2], plan_inputs[3]}, kernel);
-      break;
-    default: invalid(op, "bad operand count");
-  }
-  int i = 0;
-  for (const Param& p : params) plan.params[i++] = p;
-  submit_elementwise(call, plan);
+  launch_planned(call, op, out, plan_inputs, n, kernel, params);
 }
 
 void launch_pointwise(const fl_kernel_call* call, const char* op, const TensorDesc& out,
@@ -82,11 +87,8 @@ void launch_pointwise(const fl_kernel_call* call, const char* op, const TensorDe
   }
   if (opmath_b != nullptr && inputs.size() == 2 && inputs.begin()[1]->numel() == 1) {
     if (ContigFn kernel = opmath_b(compute)) {  // (see contiguous_kernel_opmath_b)
-      ElementwisePlan plan = plan_elementwise(
-          op, out, {PlanInput{inputs.begin()[0], compute}, PlanInput{inputs.begin()[1], FL_DTYPE_FLOAT32}}, kernel);
-      int i = 0;
-      for (const Param& p : params) plan.params[i++] = p;
-      submit_elementwise(call, plan);
+      const PlanInput in[2] = {{inputs.begin()[0], compute}, {inputs.begin()[1], FL_DTYPE_FLOAT32}};
+      launch_planned(call, op, out, in, 2, kernel, params);
       return;
     }
   }

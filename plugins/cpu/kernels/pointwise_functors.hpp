@@ -140,6 +140,8 @@ inline void check_integer_divisor(C b) {
 template <class C>
 struct DivTrunc {
   explicit DivTrunc(const Param*) {}
+  // By a single value of a 16-bit float op (contiguous_kernel_opmath_b), and for the other
+  // dtypes: the float quotient, truncated.
   C operator()(C a, C b) const {
     if constexpr (kFloat<C>) {
       return std::trunc(a / b);
@@ -148,24 +150,15 @@ struct DivTrunc {
       return static_cast<C>(a / b);
     }
   }
-};
-
-// div(rounding_mode="trunc") by a divisor of more than one element. For the 16-bit floats,
-// ATen's CPU kernel (Vectorized<BFloat16>'s operator/, c10's BFloat16 / BFloat16 in its scalar
-// loop) rounds the quotient to the storage type before truncating: bf16 1.3984375 /
-// -0.10009765625 is -13.97 in float, -14 in bf16, so -14 (DivTrunc gives -13). By a single
-// value (a Scalar, or a tensor of one element: TensorIterator's is_scalar) it truncates the
-// float quotient, as DivTrunc does.
-template <class C>
-struct DivTruncRoundedQuotient : DivTrunc<C> {
-  using DivTrunc<C>::DivTrunc;
+  // By a tensor (the contiguous loop calls this when the functor has it). For the 16-bit
+  // floats, ATen's CPU kernel (Vectorized<BFloat16>'s operator/, c10's BFloat16 / BFloat16 in
+  // its scalar loop) rounds the quotient to the storage type before truncating: bf16
+  // 1.3984375 / -0.10009765625 is -13.97 in float, -14 in bf16, so -14 (the float quotient
+  // gives -13). By a single value (TensorIterator's is_scalar) it truncates the float quotient.
   template <class S>
   C in_storage(C a, C b) const {
-    if constexpr (kFloat<C>) {
-      return std::trunc(convert<C>(convert<S>(a / b)));
-    } else {
-      return (*this)(a, b);
-    }
+    if constexpr (kFloat<C>) return std::trunc(convert<C>(convert<S>(a / b)));
+    else return (*this)(a, b);
   }
 };
 

@@ -158,11 +158,9 @@ void div_mode_body(const fl_kernel_call* call, const char* op) {
     launch_pointwise(call, op, out, {&self, other}, {&self, other},
                      &select_kernel<fn::Div, 2, kFloatingMask>, Promotion::kIntToFloat, {}, kOpmathOther<fn::Div>);
   } else if (mode == "trunc") {
-    // (see DivTruncRoundedQuotient)
     launch_pointwise(call, op, out, {&self, other}, {&self, other},
-                     other->numel() == 1 ? &select_kernel<fn::DivTrunc, 2, kArithmeticMask>
-                                         : &select_kernel<fn::DivTruncRoundedQuotient, 2, kArithmeticMask>,
-                     Promotion::kSame, {}, kOpmathOther<fn::DivTrunc>);
+                     &select_kernel<fn::DivTrunc, 2, kArithmeticMask>, Promotion::kSame, {},
+                     kOpmathOther<fn::DivTrunc>);  // (see DivTrunc)
   } else if (mode == "floor") {
     launch_pointwise(call, op, out, {&self, other}, {&self, other},
                      &select_kernel<fn::DivFloor, 2, kArithmeticMask>, Promotion::kSame, {},

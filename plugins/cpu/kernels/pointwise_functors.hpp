@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 namespace fl::cpu::kernels::fn {
@@ -182,6 +183,30 @@ struct DivFloor {
       C q = static_cast<C>(a / b);
       if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
       return q;
+    }
+  }
+  // By a tensor (the contiguous loop calls this when the functor has it): ATen's CPU kernel
+  // runs div_floor_floating_vec on Vectorized<S>, whose every operation rounds to S (for
+  // bfloat16/half: each of the quotient, a - mod, (a - mod) / b, div - 1, div - floor, floor + 1),
+  // and which takes a itself for a - mod where a / b overflows. The float formula above
+  // differed from torch's CPU in 1.4% of bfloat16 quotients of randn*8 by randn*0.5.
+  template <class S>
+  C in_storage(C a, C b) const {
+    if constexpr (kFloat<C>) {
+      const auto r = [](C x) { return convert<C>(convert<S>(x)); };
+      const C basic_div = r(a / b);
+      if (b == C(0)) return basic_div;
+      const C mod = r(std::fmod(a, b));
+      const C inf = std::numeric_limits<C>::infinity();
+      const C floor = std::abs(basic_div) == inf && std::abs(a) != inf ? a : r(a - mod);
+      C div = r(floor / b);
+      if (mod != C(0) && (b < C(0)) != (mod < C(0))) div = r(div - C(1));
+      if (div == C(0)) return std::copysign(C(0), basic_div);
+      C floordiv = std::floor(div);
+      if (r(div - floordiv) > C(0.5)) floordiv = r(floordiv + C(1));
+      return floordiv;
+    } else {
+      return (*this)(a, b);
     }
   }
 };

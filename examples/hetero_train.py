@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch_fl  # noqa: E402
 from torch_fl.parallel import HeteroDataParallel, device_context, synchronize_device  # noqa: E402
+from host_counters import HostCounters  # noqa: E402
 from train_cnn import DigitsCNN, load_data  # noqa: E402
 from wide_tabular import WideMLP, load_wide_data  # noqa: E402
 
@@ -53,6 +54,41 @@ MODELS = {
 def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int):
     for i in range(0, len(x) - batch_size + 1, batch_size):  # full batches only
         yield x[i:i + batch_size], y[i:i + batch_size]
+
+
+def slow_step_lines(steps: list[dict], factor: float = 1.5) -> list[str]:
+    """The steps after the calibration epoch that took over `factor` × the median of the steps
+    with the same shards, each with what the host did during it (HostCounters) beside the
+    median of those steps: a stall by garbage collection shows gc ms, one by the kernel's
+    memory management system ms, faults or compaction stalls, one by oversubscription
+    involuntary switches or runnable threads."""
+    keys = ("user_ms", "system_ms", "minor_faults", "involuntary_switches", "compact_stall", "pgscan_direct",
+            "runnable")
+    by_shards: dict[tuple, list[dict]] = {}
+    for s in steps:
+        if s["epoch"] > 1:
+            by_shards.setdefault(tuple(s["shards"]), []).append(s)
+
+    def describe(values: dict) -> str:
+        return ", ".join(f"{k} {values[k]:g}" for k in keys if values.get(k) is not None)
+
+    lines = []
+    for shards, group in by_shards.items():
+        median_seconds = statistics.median(s["seconds"] for s in group)
+        slow = [s for s in group if s["seconds"] > factor * median_seconds]
+        if not slow:
+            continue
+        typical = {k: statistics.median(s["host"][k] for s in group)
+                   for k in keys if all(s["host"][k] is not None for s in group)}
+        lines.append(f"slow steps of shards {list(shards)} (median {1e3 * median_seconds:.1f} ms over {len(group)}; "
+                     f"their median host: {describe(typical)}):")
+        for s in slow:
+            device_ms = " / ".join("-" if d is None else f"{1e3 * d:.1f}" for d in s["device_seconds"])
+            lines.append(f"  epoch {s['epoch']}: {1e3 * s['seconds']:.1f} ms (devices {device_ms} ms), "
+                         f"gc {s['gc_ms']:.1f} ms, {describe(s['host'])}")
+    if not lines:
+        lines.append(f"slow steps: none over {factor} x the median of their shards")
+    return lines
 
 
 def settle() -> None:
@@ -201,9 +237,11 @@ def main() -> None:
         settle()
         start = time.perf_counter()
         for xb, yb in batches(xtr, ytr, args.batch_size):
+            counters_before = HostCounters.read() if args.history else None
             step_start = time.perf_counter()
             losses.append(hdp.train_step(xb, yb, F.cross_entropy))
             step_seconds = time.perf_counter() - step_start
+            host = HostCounters.read().since(counters_before) if args.history else None
             gc_ms = sum(ms for t, ms in full_collections if step_start <= t < step_start + step_seconds)
             shards[tuple(hdp.last_shards)] = shards.get(tuple(hdp.last_shards), 0) + 1
             samples += len(xb)
@@ -211,7 +249,7 @@ def main() -> None:
                 # device_seconds: each device's forward/backward of its shard (None where not timed),
                 # to tell which device a slow step waited for.
                 steps.append({"epoch": epoch + 1, "shards": list(hdp.last_shards), "seconds": step_seconds,
-                              "device_seconds": list(hdp.last_device_seconds), "gc_ms": gc_ms,
+                              "device_seconds": list(hdp.last_device_seconds), "gc_ms": gc_ms, "host": host,
                               "records": dict(hdp.balancer.measured)})
         seconds = time.perf_counter() - start
         rate = samples / seconds
@@ -259,6 +297,9 @@ def main() -> None:
     print(f"full garbage collections: {len(full_collections)}, "
           f"{' '.join(f'{ms:.1f}' for _, ms in full_collections) or 'none'} ms, during the pair's steps: "
           f"{sum(s['gc_ms'] > 0 for s in steps) if args.history else 'see --history'}")
+    if args.history:
+        for line in slow_step_lines(steps):
+            print(line)
     print(torch_fl.fallback_report().splitlines()[-1])
     if args.history:
         with open(args.history, "w") as f:

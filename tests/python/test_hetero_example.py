@@ -76,6 +76,34 @@ def test_example_writes_every_step_to_its_history(tmp_path):
     assert set(data["alone_windows"]) == {"fl:0", "fl:1"} and all(len(w) == 1 for w in data["alone_windows"].values())
     assert data["balancer_history"] and f"history: 12 steps written to {history}" in out
     assert all(s["gc_ms"] >= 0 for s in data["steps"]) and "full garbage collections: " in out
+    assert all(s["host"]["user_ms"] >= 0 and s["host"]["minor_faults"] >= 0 for s in data["steps"])
+    assert "slow steps" in out
+
+
+def test_a_slow_step_is_reported_with_what_the_host_did_during_it(tmp_path):
+    """One step of the second epoch spins 0.3 s of CPU time in this process: the example names
+    it among the slow steps, and its history holds that CPU time."""
+    history = tmp_path / "history.json"
+    before = ("import time, torch_fl.parallel as p\n"
+              "train_step = p.HeteroDataParallel.train_step\n"
+              "calls = [0]\n"
+              "def spinning(self, *a, **k):\n"
+              "    calls[0] += 1\n"
+              "    if calls[0] == 9:\n"
+              "        t0 = time.thread_time()\n"
+              "        while time.thread_time() - t0 < 0.3: pass\n"
+              "    return train_step(self, *a, **k)\n"
+              "p.HeteroDataParallel.train_step = spinning")
+    r = _example_process("--model", "wide", "--samples", "4096", "--batch-size", "512", "--epochs", "2",
+                         "--history", str(history), before=before)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    import json
+    steps = json.loads(history.read_text())["steps"]
+    spun = steps[8]
+    assert spun["epoch"] == 2 and spun["seconds"] >= 0.3
+    assert spun["host"]["user_ms"] + spun["host"]["system_ms"] >= 290
+    reported = re.findall(r"^  epoch 2: (\d+\.\d) ms .*user_ms ([\d.]+)", r.stdout, re.M)
+    assert (f"{1e3 * spun['seconds']:.1f}", f"{spun['host']['user_ms']:g}") in reported, r.stdout
 
 
 def test_the_history_gives_each_step_the_full_garbage_collections_that_began_in_it(tmp_path):

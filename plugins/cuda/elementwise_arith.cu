@@ -36,30 +36,47 @@ struct DivTrueOp : FloatOnly {
   __device__ C operator()(C a, C b) const { return a / b; }
 };
 
-// Integer division by zero gives 0 here (ATen raises); float division follows IEEE.
+// `x` rounded to the 16-bit float type `storage` (FL_DTYPE_BFLOAT16 / FL_DTYPE_FLOAT16) and
+// back, else `x`. ATen's CUDA div kernels compute some steps in the tensor's own type, and
+// c10::Half/BFloat16 arithmetic rounds each result: these steps round alike here.
+template <class C>
+__device__ __forceinline__ C round_to_storage(C x, int storage) {
+  if constexpr (std::is_same_v<C, float>) {
+    if (storage == FL_DTYPE_BFLOAT16) return convert<float>(convert<gpu_bfloat16>(x));
+    if (storage == FL_DTYPE_FLOAT16) return convert<float>(convert<gpu_half>(x));
+  }
+  return x;
+}
+
+// Integer division by zero gives 0 here (ATen raises); float division follows IEEE. For
+// bfloat16/half the quotient is rounded to the dtype before it is truncated, as ATen's CUDA
+// `std::trunc(a / b)` on scalar_t does (bf16 1.3984375 / -0.10009765625: -14, not -13).
 template <class C>
 struct DivTruncOp : OpTraits {
-  explicit DivTruncOp(const OpParams&) {}
+  int storage;
+  explicit DivTruncOp(const OpParams& q) : storage(q.mode) {}
   __device__ C operator()(C a, C b) const {
-    if constexpr (std::is_floating_point_v<C>) return dmath::trunc_(a / b);
+    if constexpr (std::is_floating_point_v<C>) return dmath::trunc_(round_to_storage(a / b, storage));
     else return b == 0 ? C(0) : a / b;
   }
 };
 
+// ATen's div_floor_floating; for bfloat16/half its `floordiv` is of the tensor's type, so it
+// is rounded where ATen's is.
 template <class C>
 struct DivFloorOp : OpTraits {
-  explicit DivFloorOp(const OpParams&) {}
+  int storage;
+  explicit DivFloorOp(const OpParams& q) : storage(q.mode) {}
   __device__ C operator()(C a, C b) const {
     if constexpr (std::is_floating_point_v<C>) {
-      // ATen's div_floor_floating.
       if (b == C(0)) return a / b;
       const C mod = dmath::fmod_(a, b);
       C div = (a - mod) / b;
       if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) div -= C(1);
       C floordiv;
       if (div != C(0)) {
-        floordiv = dmath::floor_(div);
-        if (div - floordiv > C(0.5)) floordiv += C(1);
+        floordiv = round_to_storage(dmath::floor_(div), storage);
+        if (div - floordiv > C(0.5)) floordiv = round_to_storage(floordiv + C(1), storage);
       } else {
         floordiv = dmath::copysign_(C(0), a / b);
       }
@@ -70,6 +87,47 @@ struct DivFloorOp : OpTraits {
       if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1;
       return q;
     }
+  }
+};
+
+// Division by a host scalar (a Python number, or a 0-dim CPU tensor) in a floating compute
+// type: ATen's CUDA kernels multiply by its reciprocal, computed once in the op math type
+// ("may lose one bit of precision compared to computing the division", BinaryDivTrueKernel.cu,
+// BinaryDivTruncKernel.cu, BinaryDivFloorKernel.cu); these three do the same. q.a: the divisor;
+// q.mode: the storage type for the rounding of DivFloorOp's steps.
+template <class C>
+struct DivTrueByScalarOp : FloatOnly {
+  C inv;
+  explicit DivTrueByScalarOp(const OpParams& q) : inv(C(1) / static_cast<C>(q.a)) {}
+  __device__ C operator()(C a) const { return a * inv; }
+};
+
+template <class C>
+struct DivTruncByScalarOp : FloatOnly {
+  C inv;
+  explicit DivTruncByScalarOp(const OpParams& q) : inv(C(1) / static_cast<C>(q.a)) {}
+  __device__ C operator()(C a) const { return dmath::trunc_(a * inv); }
+};
+
+// The caller runs DivTrueByScalarOp for a zero divisor, as ATen does.
+template <class C>
+struct DivFloorByScalarOp : FloatOnly {
+  C b, inv;
+  int storage;
+  explicit DivFloorByScalarOp(const OpParams& q)
+      : b(static_cast<C>(q.a)), inv(C(1) / static_cast<C>(q.a)), storage(q.mode) {}
+  __device__ C operator()(C a) const {
+    const C mod = dmath::fmod_(a, b);
+    C div = (a - mod) * inv;
+    if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) div -= C(1);
+    C floordiv;
+    if (div != C(0)) {
+      floordiv = round_to_storage(dmath::floor_(div), storage);
+      if (div - floordiv > C(0.5)) floordiv = round_to_storage(floordiv + C(1), storage);
+    } else {
+      floordiv = dmath::copysign_(C(0), a * inv);
+    }
+    return floordiv;
   }
 };
 
@@ -139,6 +197,40 @@ fl_status_t run_arith(const fl_kernel_call* call, const char* name, const std::v
   });
 }
 
+// The storage type whose rounding the div functors copy: the output's, when it is a 16-bit
+// float (ATen's scalar_t, the common dtype, which is the output's for div), else none (-1).
+int sixteen_bit_storage(const fl_tensor& out) {
+  return out.dtype == FL_DTYPE_BFLOAT16 || out.dtype == FL_DTYPE_FLOAT16 ? static_cast<int>(out.dtype) : -1;
+}
+
+// div(a, b) in rounding mode `mode` ("", "trunc", "floor"): by a host scalar b in a floating
+// compute type as ATen's CUDA does (the reciprocal), else elementwise.
+fl_status_t run_div(const fl_kernel_call* call, const std::string& mode) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const std::vector<ElementwiseInput> ins{elementwise_input(a, 0), elementwise_input(a, 1)};
+    OpParams q;
+    q.mode = sixteen_bit_storage(a.output(0));
+    const ElementwiseOperands both = plan_elementwise(a.output(0), ins);
+    const ComputeKind kind = compute_kind_for(both, ins, true);
+    if (ins[1].tensor == nullptr && kind != ComputeKind::Int) {
+      q.a = ins[1].scalar;
+      const ElementwiseOperands p = plan_elementwise(a.output(0), {ins[0]});
+      if (mode.empty() || (mode == "floor" && q.a == 0.0))
+        launch_elementwise<DivTrueByScalarOp, 1>("aten::div", p, kind, q, ctx);
+      else if (mode == "trunc")
+        launch_elementwise<DivTruncByScalarOp, 1>("aten::div(trunc)", p, kind, q, ctx);
+      else
+        launch_elementwise<DivFloorByScalarOp, 1>("aten::div(floor)", p, kind, q, ctx);
+      return;
+    }
+    if (mode.empty()) launch_elementwise<DivTrueOp, 2>("aten::div", both, kind, q, ctx);
+    else if (mode == "trunc") launch_elementwise<DivTruncOp, 2>("aten::div(trunc)", both, kind, q, ctx);
+    else launch_elementwise<DivFloorOp, 2>("aten::div(floor)", both, kind, q, ctx);
+  });
+}
+
 OpParams params_a(double a) {
   OpParams q;
   q.a = a;
@@ -168,9 +260,7 @@ FL_CUDA_KERNEL(k_div_out) {
   return plugin::guard([&] {
     Args a(call);
     const std::string mode = a.size() > 2 ? optional_string(a, 2) : "";
-    if (mode.empty()) return run_arith<DivTrueOp, 2>(call, "aten::div", {0, 1}, OpParams{});
-    if (mode == "trunc") return run_arith<DivTruncOp, 2>(call, "aten::div(trunc)", {0, 1}, OpParams{});
-    if (mode == "floor") return run_arith<DivFloorOp, 2>(call, "aten::div(floor)", {0, 1}, OpParams{});
+    if (mode.empty() || mode == "trunc" || mode == "floor") return run_div(call, mode);
     plugin::raise(FL_ERR_INVALID_ARGUMENT, "aten::div: rounding_mode '" + mode + "' is not trunc or floor");
   });
 }

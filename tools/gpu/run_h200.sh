@@ -19,6 +19,8 @@
 #   profile       bench/profile_step.py per training model, cuda:0 then fl:0
 #   check_ops     tools/gpu/check_against_cpu.py: ops, LSTM/GRU, a sparse embedding, a CSR graph layer and an
 #                 AdamW step against PyTorch's CPU
+#   native_ops    tools/gpu/check_against_native_cuda.py: the CUDA plugin's div (each rounding mode and
+#                 kind of divisor), mul, add/sub, addcmul, addcdiv, lerp against PyTorch's CUDA, bit for bit
 #   mixed_plugins tools/gpu/check_mixed_plugins.py: seeded dropout on each plugin, HeteroDataParallel
 #                 across the CPU and CUDA plugins against a plain loop on the GPU, the fork guard
 #   lightning     tests/python/_lightning_fit.py on the CUDA device (32-true, bf16-mixed) and
@@ -193,6 +195,12 @@ step_bench_compare() {
 step_check_ops() {
   python_env
   "$PY" tools/gpu/check_against_cpu.py fl:0
+}
+
+# Bit-for-bit agreement of the CUDA plugin's elementwise arithmetic with PyTorch's own CUDA.
+step_native_ops() {
+  python_env
+  "$PY" tools/gpu/check_against_native_cuda.py fl:0 cuda:0
 }
 
 # Heterogeneous data parallel: the CUDA device and a CPU-plugin device in one process (bench

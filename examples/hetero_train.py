@@ -56,21 +56,22 @@ def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int):
         yield x[i:i + batch_size], y[i:i + batch_size]
 
 
-def slow_step_lines(steps: list[dict], factor: float = 1.5) -> list[str]:
+def slow_step_lines(steps: list[dict], epoch_hosts: list[dict], factor: float = 1.5) -> list[str]:
     """The steps after the calibration epoch that took over `factor` × the median of the steps
-    with the same shards, each with what the host did during it (HostCounters) beside the
-    median of those steps: a stall by garbage collection shows gc ms, one by the kernel's
-    memory management system ms, faults or compaction stalls, one by oversubscription
-    involuntary switches or runnable threads."""
-    keys = ("user_ms", "system_ms", "minor_faults", "involuntary_switches", "compact_stall", "pgscan_direct",
-            "runnable")
+    with the same shards, each with what the host did during it (HostCounters, getrusage's part)
+    beside the median of those steps, and what the kernel did during its epoch (`epoch_hosts`,
+    /proc's part): a stall by garbage collection shows gc ms, one by the kernel's memory
+    management system ms, faults or compaction stalls, one by oversubscription involuntary
+    switches or runnable threads."""
+    keys = ("user_ms", "system_ms", "minor_faults", "involuntary_switches")
+    epoch_keys = ("compact_stall", "pgscan_direct", "thp_fault_alloc", "runnable", "steal_ms")
     by_shards: dict[tuple, list[dict]] = {}
     for s in steps:
         if s["epoch"] > 1:
             by_shards.setdefault(tuple(s["shards"]), []).append(s)
 
-    def describe(values: dict) -> str:
-        return ", ".join(f"{k} {values[k]:g}" for k in keys if values.get(k) is not None)
+    def describe(values: dict, names: tuple[str, ...] = keys) -> str:
+        return ", ".join(f"{k} {values[k]:g}" for k in names if values.get(k) is not None)
 
     lines = []
     for shards, group in by_shards.items():
@@ -84,10 +85,19 @@ def slow_step_lines(steps: list[dict], factor: float = 1.5) -> list[str]:
                      f"their median host: {describe(typical)}):")
         for s in slow:
             device_ms = " / ".join("-" if d is None else f"{1e3 * d:.1f}" for d in s["device_seconds"])
+            epoch = describe(epoch_hosts[s["epoch"] - 1], epoch_keys) if len(epoch_hosts) >= s["epoch"] else ""
             lines.append(f"  epoch {s['epoch']}: {1e3 * s['seconds']:.1f} ms (devices {device_ms} ms), "
-                         f"gc {s['gc_ms']:.1f} ms, {describe(s['host'])}")
+                         f"gc {s['gc_ms']:.1f} ms, {describe(s['host'])}" + (f"; its epoch: {epoch}" if epoch else ""))
     if not lines:
         lines.append(f"slow steps: none over {factor} x the median of their shards")
+        return lines
+    # Each epoch after the calibration: which threads ran (user / system / runnable-but-waiting ms);
+    # an epoch with a stall beside one without.
+    for e, host in enumerate(epoch_hosts[1:], start=2):
+        threads = host.get("threads") or []
+        top = " ".join(f"{name}[{tid}] {u:g}/{sy:g}/{w:g}" for tid, name, u, sy, w in threads[:8])
+        lines.append(f"epoch {e} threads (ms user/system/waiting; {len(threads)} ran, system {sum(t[3] for t in threads):g} "
+                     f"waiting {sum(t[4] for t in threads):g} in all): {top}")
     return lines
 
 
@@ -213,6 +223,7 @@ def main() -> None:
     if args.split is not None:
         print(f"fixed split {args.split} (no balancer), gradients reduced on {hdp.reduce_device}")
     steps: list[dict] = []  # --history: every step of the pair
+    epoch_hosts: list[dict] = []  # --history: what the host did during each epoch of the pair
     # Python's full (generation 2) garbage collections: each walks every tracked object (about
     # 166k with torch imported; 35-140 ms each on the 2-core CI machine) with the GIL held,
     # which would stall the threads that drive the devices. Each step records the milliseconds
@@ -235,6 +246,7 @@ def main() -> None:
     for epoch in range(args.epochs):
         losses, shards, samples = [], {}, 0
         settle()
+        epoch_before = HostCounters.read(proc=True) if args.history else None  # (outside the timed steps)
         start = time.perf_counter()
         for xb, yb in batches(xtr, ytr, args.batch_size):
             counters_before = HostCounters.read() if args.history else None
@@ -252,6 +264,8 @@ def main() -> None:
                               "device_seconds": list(hdp.last_device_seconds), "gc_ms": gc_ms, "host": host,
                               "records": dict(hdp.balancer.measured)})
         seconds = time.perf_counter() - start
+        if args.history:
+            epoch_hosts.append(HostCounters.read(proc=True).since(epoch_before))
         rate = samples / seconds
         if epoch > 0:  # the first epoch includes calibration
             pair_samples += samples
@@ -298,12 +312,12 @@ def main() -> None:
           f"{' '.join(f'{ms:.1f}' for _, ms in full_collections) or 'none'} ms, during the pair's steps: "
           f"{sum(s['gc_ms'] > 0 for s in steps) if args.history else 'see --history'}")
     if args.history:
-        for line in slow_step_lines(steps):
+        for line in slow_step_lines(steps, epoch_hosts):
             print(line)
     print(torch_fl.fallback_report().splitlines()[-1])
     if args.history:
         with open(args.history, "w") as f:
-            json.dump({"args": vars(args), "steps": steps,
+            json.dump({"args": vars(args), "steps": steps, "epoch_hosts": epoch_hosts,
                        "alone_windows": {d: loop.windows for d, loop in alone_loops.items()},
                        "balancer_history": list(hdp.balancer.history)}, f)
         print(f"history: {len(steps)} steps written to {args.history}")

@@ -262,6 +262,7 @@ def main() -> None:
                 # to tell which device a slow step waited for.
                 steps.append({"epoch": epoch + 1, "shards": list(hdp.last_shards), "seconds": step_seconds,
                               "device_seconds": list(hdp.last_device_seconds), "gc_ms": gc_ms, "host": host,
+                              "backups": hdp.backups,
                               "records": dict(hdp.balancer.measured)})
         seconds = time.perf_counter() - start
         if args.history:
@@ -307,6 +308,7 @@ def main() -> None:
           + ", ".join(f"{names(k)} {v * 1e6:.2f}" for k, v in records))
     print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items()
                         if k in ("overhead", "per_sample", "transfer", "slowdown", "measured")})
+    print(f"backups: {hdp.backups} shards computed by the master in a late device's place")
     gc.callbacks.remove(on_collection)
     print(f"full garbage collections: {len(full_collections)}, "
           f"{' '.join(f'{ms:.1f}' for _, ms in full_collections) or 'none'} ms, during the pair's steps: "

@@ -82,6 +82,8 @@ def test_example_writes_every_step_to_its_history(tmp_path):
     assert len(data["epoch_hosts"]) == 2 and all(e["compact_stall"] >= 0 and e["runnable"] >= 1
                                                  for e in data["epoch_hosts"])
     assert "slow steps" in out
+    backups = re.search(r"^backups: (\d+) shards computed by the master", out, re.M)
+    assert backups and int(backups.group(1)) == data["steps"][-1]["backups"]
 
 
 def test_a_slow_step_is_reported_with_what_the_host_did_during_it(tmp_path):

@@ -124,6 +124,7 @@ import copy
 import dataclasses
 import inspect
 import math
+import statistics
 import threading
 import time
 import warnings
@@ -453,6 +454,15 @@ class HeteroDataParallel:
         calibration_reps: timed forward/backward passes per device and shard size at the start.
         debug: before every step, assert that every replica computing it is bit-identical to the
             master (the check's time is left out of the balancer's records).
+        backup_late_shards: when a replica's shard is still running LATE_FACTOR times its
+            usual time (the median of its last steps at that shard size) after the step began,
+            plus LATE_MARGIN, and the master's own shard is done, the master computes that shard
+            itself (with its weight, so the step still equals the big batch's) and the step
+            goes on; the replica's result is dropped, and its device sits the next steps out
+            until it is done. On the H200 the CPU device's shard (7 ms beside the GPU's 10)
+            stalled for 20-60 ms in about one split step of 100, when the hypervisor took a
+            CPU from one of its BLAS threads, and one such step cost more than the split gained
+            in a run. A batch-norm master then updates its running statistics twice in that step.
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
             plugin) computes on its shard of a host batch in place instead of a copy of it —
             as nn.DataParallel leaves the shard that is already on its device. A model or loss
@@ -483,12 +493,17 @@ class HeteroDataParallel:
             averages them per split.
     """
 
+    LATE_FACTOR = 1.5  # backup_late_shards: a shard is late after this many times its usual time,
+    LATE_MARGIN = 0.002  # plus this many seconds,
+    LATE_HISTORY = 8  # its usual time being the median of its last this many (at least 3)
+
     def __init__(self, module: nn.Module, devices: Sequence[str | torch.device],
                  optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer],
                  reduce_device: str | torch.device | None = None, rebalance_every: int = 10,
                  ema: float = 0.3, split: Sequence[float] | None = None, calibration_reps: int = 2,
                  probe_every: int = 5, probe_limit: float = 2.0, granularity: int | None = None,
-                 debug: bool = False, host_zero_copy: bool = True, tail_window: int = 32):
+                 debug: bool = False, host_zero_copy: bool = True, tail_window: int = 32,
+                 backup_late_shards: bool = True):
         self.devices = [_with_index(d) for d in devices]
         if not self.devices:
             raise ValueError("HeteroDataParallel needs at least one device")
@@ -525,6 +540,12 @@ class HeteroDataParallel:
         self._closed = False
         self._autocast: list[tuple[str, bool, torch.dtype]] = []  # the caller's, for the pool's threads
         self._scaler: torch.amp.GradScaler | None = None  # this step's (train_step), for every shard
+        self.backup_late_shards = bool(backup_late_shards)
+        self.backups = 0  # shards the master computed in a late replica's place (backup_late_shards)
+        self._late: dict[int, concurrent.futures.Future] = {}  # replica -> its abandoned shard, running
+        self._abandoned: dict[int, threading.Event] = {}  # replica -> set when its shard is abandoned
+        # (replica, shard size) -> its last LATE_HISTORY shard times (waited shards of split steps)
+        self._shard_seconds: dict[tuple[int, int], collections.deque[float]] = {}
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -712,13 +733,14 @@ class HeteroDataParallel:
         return loss.detach()
 
     def _run_shard(self, index: int, inputs: Any, targets: Any, loss_fn: Callable,
-                   wait: bool = True, weight: float = 1.0,
-                   ship_on: torch.Stream | None = None) -> tuple[torch.Tensor | float, float | None]:
+                   wait: bool = True, weight: float = 1.0, ship_on: torch.Stream | None = None,
+                   abandoned: threading.Event | None = None) -> tuple[torch.Tensor | float, float | None]:
         """Forward and backward of one shard on device `index`; returns (loss, seconds until
         the device finished, or None when not `wait`ing for it). With `ship_on` (the stream of
         the reduction device that the step's thread reduces on), a waited shard then sends its
         gradients there itself (_ship_gradients) and returns its loss as a float, so that the
-        step's thread finds both ready when it joins."""
+        step's thread finds both ready when it joins; unless `abandoned` is set by then (the
+        master computed the shard in its place: backup_late_shards)."""
         device = self.devices[index]
         with device_context(device), contextlib.ExitStack() as autocast:
             for device_type, enabled, dtype in self._autocast:
@@ -735,6 +757,8 @@ class HeteroDataParallel:
                 self._marks[index] = {"dispatched": dispatched, "synced": end}
             if ship_on is not None:
                 self._master_queued.wait()
+                if abandoned is not None and abandoned.is_set():
+                    return float(loss), end - start
                 shipping = time.perf_counter()
                 self._shipped[index] = self._ship_gradients(index, ship_on)
                 if self.timeline is not None:
@@ -820,6 +844,7 @@ class HeteroDataParallel:
         shard as they are (`targets` may be None). A plain tuple of inputs is the module's positional
         arguments, a dict its keyword arguments, anything else one argument."""
         self._check_open()
+        self._reap_late()
         # The balancer records the whole call, as the caller's loop sees it: inside the window
         # from `start` below, steps of the H200 alone measured 1.4-1.7% and CPU + H200 split
         # steps 2.1-2.8% faster than the example's timing of train_step.
@@ -851,6 +876,16 @@ class HeteroDataParallel:
             # GradScaler creates its scale on first use: here, not in several shards' threads at once.
             self._scaler.scale(torch.ones((), device=self.reduce_device))
         sizes = self._shard_sizes(batch)
+        # A device still busy with an abandoned shard sits this step out: the master takes its
+        # rows, and the step is not measured (the schedule keeps the split it planned).
+        busy = [i for i in self._late if sizes[i] > 0] if self._master_index is not None else []
+        if busy:
+            sizes = list(sizes)
+            for i in busy:
+                sizes[self._master_index] += sizes[i]
+                sizes[i] = 0
+            if self.fixed_split is None:
+                self.schedule.not_run()
         active = device_set(sizes)
         if len(active) == 1:
             in_parts, tgt_parts = [inputs], [targets]
@@ -899,23 +934,35 @@ class HeteroDataParallel:
                 self._trainable = [k for k, p in enumerate(self._master_params) if p.requires_grad]
                 # Replicas ship once the master's shard is queued (_queue_timed_shard sets it).
                 (self._master_queued.clear if timed is not None else self._master_queued.set)()
-                futures, results = {}, {}
+                futures, results, late = {}, {}, set()
+                abandoned = {i: threading.Event() for i in parts if i != timed}
                 try:
                     for i, (x, y) in parts.items():
                         if i != timed:
                             futures[i] = self._pool.submit(self._run_shard, i, x, y, loss_fn, True, weights[i],
-                                                           ship_on if self.replicas[i] is not self.module else None)
+                                                           ship_on if self.replicas[i] is not self.module else None,
+                                                           abandoned[i])
                     if timed is not None:
                         results[timed] = self._queue_timed_shard(timed, *parts[timed], loss_fn, weights[timed])
+                        late = self._late_shards(futures, sizes, start, results[timed][1][1])
+                        for i in late:  # the master computes it in the late replica's place
+                            abandoned[i].set()
+                            self._late[i] = futures.pop(i)
+                            results[i] = (self._queue_shard(timed, *parts[i], loss_fn, weights[i]), None)
+                            self.backups += 1
                 finally:
                     # Every shard ends (also when one raised) before the snapshot is dropped and
-                    # the caller sees an error: no thread of this step outlives it.
+                    # the caller sees an error: no thread of this step outlives it, but an
+                    # abandoned one (its device sits out until it ends: _reap_late).
                     self._master_queued.set()
                     concurrent.futures.wait(futures.values())
                     self._side_pulls_ready = False  # the snapshot is this step's only
                 results.update({i: f.result() for i, f in futures.items()})
+                for i in futures:
+                    self._shard_seconds.setdefault(
+                        (i, sizes[i]), collections.deque(maxlen=self.LATE_HISTORY)).append(results[i][1])
                 joined = time.perf_counter()
-                self._reduce_gradients(active)
+                self._reduce_gradients([i for i in active if i not in late])
                 if self._master_index not in active:
                     self._take_buffers(max(active, key=lambda i: sizes[i]))
                 reduced = time.perf_counter()
@@ -937,7 +984,7 @@ class HeteroDataParallel:
             # next run, in their own thread, so a device that sits a step out costs nothing.
             self._stale = set(self._non_master)
             for i in self._push_after_step:
-                if sizes[i] > 0:
+                if sizes[i] > 0 and i not in self._late:
                     self._copy_from_master(i)
             self._master_versions = self._versions()
             # Summed on the host: a scalar per device, and no same-device dtype conversion on fl.
@@ -963,12 +1010,53 @@ class HeteroDataParallel:
         self._marks = {}
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
-        if self.fixed_split is None:
+        if self.fixed_split is None and not busy:
             self.schedule.after_step(batch, sizes, time.perf_counter() - called, seconds, idle)
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1
         self._returned_at = time.perf_counter()
         return loss
+
+    def _late_shards(self, futures: dict[int, concurrent.futures.Future], sizes: Sequence[int], start: float,
+                     master_done: torch.Event) -> set[int]:
+        """The replicas whose shard is late (backup_late_shards): still running LATE_FACTOR x
+        the median of their last shard times at that size, plus LATE_MARGIN, after `start`,
+        and once the master's shard (`master_done`, its end event) is done too; a step cannot
+        end before the master's shard, so waiting that long costs nothing. A replica without
+        3 such times yet is waited for, and so is one whose shard would take the master at
+        least half the replica's usual time (by the calibrated model): there a backup saves
+        little, and on a host shared by both devices it slows the replica it stands in for."""
+        late = set()
+        if not self.backup_late_shards:
+            return late
+        for i, future in futures.items():
+            history = self._shard_seconds.get((i, sizes[i]))
+            if history is None or len(history) < 3:
+                continue
+            usual = statistics.median(history)
+            if self.balancer.calibrated and self.balancer.marginal_seconds(self._master_index, sizes[i]) >= 0.5 * usual:
+                continue
+            limit = self.LATE_FACTOR * usual + self.LATE_MARGIN
+            if concurrent.futures.wait([future], timeout=max(start + limit - time.perf_counter(), 0.0)).done:
+                continue
+            master_done.synchronize()
+            if not future.done():
+                late.add(i)
+        return late
+
+    def _reap_late(self) -> None:
+        """Replicas whose abandoned shard has ended compute again: each pulls the master's
+        state before it does (its shard may have pulled while the optimizer wrote it). An
+        error of such a shard is reported, as its result no longer counts."""
+        for i, future in list(self._late.items()):
+            if not future.done():
+                continue
+            del self._late[i]
+            self._stale.add(i)
+            error = future.exception()
+            if error is not None:
+                warnings.warn(f"HeteroDataParallel: the abandoned shard on {self.devices[i]} (the master computed it "
+                              f"in its place) raised afterwards: {error!r}", stacklevel=3)
 
     def _times_master_alone(self) -> bool:
         """Whether a step of the master alone is timed: the last before a re-balance (so each

@@ -118,6 +118,30 @@ def test_without_backups_a_step_waits_for_its_late_shard():
         hdp.close()
 
 
+def test_before_a_replica_has_usual_times_the_calibrated_model_tells_a_late_shard():
+    """The first split step stalls: the replica has no times yet at that shard size, and the
+    calibrated model's time for its shard (about 1 ms) stands in for them."""
+    xs, ys = _data(steps=3, batch=40)
+    expected = _big_batch_run(xs, ys)
+    hdp = _hdp()
+    hdp.LATE_MARGIN = 0.3
+    hdp.balancer.calibrated = True
+    hdp.balancer.overhead, hdp.balancer.per_sample = [1e-3, 1e-3], [1e-6, 1e-6]
+    try:
+        STALL.update(device=torch.device("fl:1"), seconds=1.5)
+        started = time.perf_counter()
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)
+        assert time.perf_counter() - started < 1.0 and hdp.backups == 1 and hdp.last_shards == [20, 20]
+        hdp._late[1].result(timeout=10)
+        for x, y in zip(xs[1:], ys[1:]):
+            hdp.train_step(x, y, F.cross_entropy)
+        assert hdp.last_shards == [20, 20] and hdp.backups == 1
+        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()
+
+
 def test_a_master_no_faster_than_the_late_replica_waits_for_it():
     """By the calibrated model the master would take as long as the replica for its shard (two
     devices of one host): no backup, the step waits."""

@@ -455,7 +455,8 @@ class HeteroDataParallel:
         debug: before every step, assert that every replica computing it is bit-identical to the
             master (the check's time is left out of the balancer's records).
         backup_late_shards: when a replica's shard is still running LATE_FACTOR times its
-            usual time (the median of its last steps at that shard size) after the step began,
+            usual time (the median of its last steps at that shard size, or until there are 3
+            the calibrated model's time) after the step began,
             plus LATE_MARGIN, and the master's own shard is done, the master computes that shard
             itself (with its weight, so the step still equals the big batch's) and the step
             goes on; the replica's result is dropped, and its device sits the next steps out
@@ -1022,19 +1023,26 @@ class HeteroDataParallel:
         """The replicas whose shard is late (backup_late_shards): still running LATE_FACTOR x
         the median of their last shard times at that size, plus LATE_MARGIN, after `start`,
         and once the master's shard (`master_done`, its end event) is done too; a step cannot
-        end before the master's shard, so waiting that long costs nothing. A replica without
-        3 such times yet is waited for, and so is one whose shard would take the master at
-        least half the replica's usual time (by the calibrated model): there a backup saves
-        little, and on a host shared by both devices it slows the replica it stands in for."""
+        end before the master's shard, so waiting that long costs nothing. Until a replica
+        has 3 such times, its usual time is the calibrated model's (a split's first steps: on
+        the H200 a stall in the first step of a split, 88 ms against 11, kept the split out for
+        the rest of the run); without either it is waited for. So is one whose shard would take
+        the master at least half the replica's usual time (by the calibrated model): there a
+        backup saves little, and on a host shared by both devices it slows the replica it
+        stands in for."""
         late = set()
         if not self.backup_late_shards:
             return late
+        calibrated = self.balancer.calibrated
         for i, future in futures.items():
             history = self._shard_seconds.get((i, sizes[i]))
-            if history is None or len(history) < 3:
+            if history is not None and len(history) >= 3:
+                usual = statistics.median(history)
+            elif calibrated:
+                usual = self.balancer.predicted_seconds([sizes[i] if k == i else 0 for k in range(len(sizes))])
+            else:
                 continue
-            usual = statistics.median(history)
-            if self.balancer.calibrated and self.balancer.marginal_seconds(self._master_index, sizes[i]) >= 0.5 * usual:
+            if calibrated and self.balancer.marginal_seconds(self._master_index, sizes[i]) >= 0.5 * usual:
                 continue
             limit = self.LATE_FACTOR * usual + self.LATE_MARGIN
             if concurrent.futures.wait([future], timeout=max(start + limit - time.perf_counter(), 0.0)).done:

@@ -62,6 +62,10 @@ def _hdp(**kwargs) -> HeteroDataParallel:
                              debug=True, **kwargs)
     # Only the stall below is late on a loaded machine: a shard is late 0.2 s past its usual time.
     hdp.LATE_MARGIN = 0.2
+    # The model says the master computes a replica's shard in 20 µs: worth a backup (with its
+    # own measured time, as fast as the replica's, it would not be; see the test below).
+    hdp.balancer.calibrated = True
+    hdp.balancer.per_sample = [1e-6, 1e-6]
     assert hdp.reduce_device == torch.device("fl:0") and hdp._master_times_with_events
     return hdp
 
@@ -83,7 +87,7 @@ def test_a_late_shard_is_computed_by_the_master_and_the_step_equals_the_big_batc
                 STALL.update(device=torch.device("fl:1"), seconds=1.5)
             if k == 7:  # the stalled shard has ended: fl:1 computes again
                 deadline = time.monotonic() + 10
-                while hdp._late[1].running() and time.monotonic() < deadline:
+                while hdp._late[1][0].running() and time.monotonic() < deadline:
                     time.sleep(0.05)
             started = time.perf_counter()
             hdp.train_step(x, y, F.cross_entropy)
@@ -119,20 +123,23 @@ def test_without_backups_a_step_waits_for_its_late_shard():
 
 
 def test_before_a_replica_has_usual_times_the_calibrated_model_tells_a_late_shard():
-    """The first split step stalls: the replica has no times yet at that shard size, and the
-    calibrated model's time for its shard (about 1 ms) stands in for them."""
+    """The first step at a shard size stalls: the replica has no times yet at that size, and
+    the calibrated model's time for its shard (1 ms) stands in for them. (A step of
+    another size before it checks the replica's graph, as calibration does.)"""
     xs, ys = _data(steps=3, batch=40)
-    expected = _big_batch_run(xs, ys)
+    x30, y30 = _data(steps=1, batch=30)
+    expected = _big_batch_run([x30[0]] + xs, [y30[0]] + ys)
     hdp = _hdp()
     hdp.LATE_MARGIN = 0.3
-    hdp.balancer.calibrated = True
-    hdp.balancer.overhead, hdp.balancer.per_sample = [1e-3, 1e-3], [1e-6, 1e-6]
+    hdp.balancer.overhead = [1e-5, 1e-3]  # the master's shard of 20 rows 30 µs, the replica's 1 ms
     try:
+        hdp.train_step(x30[0], y30[0], F.cross_entropy)
+        assert hdp.last_shards == [15, 15] and hdp._loss_stays_in
         STALL.update(device=torch.device("fl:1"), seconds=1.5)
         started = time.perf_counter()
         hdp.train_step(xs[0], ys[0], F.cross_entropy)
         assert time.perf_counter() - started < 1.0 and hdp.backups == 1 and hdp.last_shards == [20, 20]
-        hdp._late[1].result(timeout=10)
+        hdp._late[1][0].result(timeout=10)
         for x, y in zip(xs[1:], ys[1:]):
             hdp.train_step(x, y, F.cross_entropy)
         assert hdp.last_shards == [20, 20] and hdp.backups == 1
@@ -168,7 +175,7 @@ def test_an_abandoned_shard_that_fails_afterwards_is_reported_and_training_goes_
             if k == 4:
                 STALL.update(device=torch.device("fl:1"), seconds=0.6, error=True)
             if k == 5:
-                hdp._late[1].exception(timeout=10)  # wait until it has failed
+                hdp._late[1][0].exception(timeout=10)  # wait until it has failed
                 with pytest.warns(UserWarning, match=r"abandoned shard on fl:1 .* raised afterwards: "
                                                      r"RuntimeError\('the stalled shard failed'\)"):
                     hdp.train_step(x, y, F.cross_entropy)
@@ -182,33 +189,106 @@ def test_an_abandoned_shard_that_fails_afterwards_is_reported_and_training_goes_
 
 
 def test_a_step_that_a_busy_device_sits_out_is_not_measured():
-    """With a measured split, the step whose rows the master took from a busy device is not
-    recorded, and the split the schedule handed out stays due (SplitSchedule.not_run)."""
-    xs, ys = _data(steps=8, batch=40)
+    """With a measured split, while a device is busy with an abandoned shard the master runs
+    the batch alone, the schedule is not asked for a split and the step is not recorded
+    (SplitSchedule.sat_out); then the planned split runs again."""
+    xs, ys = _data(steps=9, batch=40)
+    expected = _big_batch_run(xs, ys)
     hdp = _hdp()
     hdp.fixed_split = None  # a measured run, whose schedule always hands out [20, 20]
-    hdp.balancer.calibrated = True
-    hdp.balancer.per_sample = [1e-6, 1e-6]  # the master computes a shard in 20 µs by the model
-    handed, recorded, not_run = [], [], []
+    handed, recorded, sat_out = [], [], []
     hdp.schedule.sizes = lambda batch, step: handed.append(step) or [20, 20]
     hdp.schedule.after_step = lambda batch, sizes, *rest: recorded.append(list(sizes))
-    hdp.schedule.not_run = lambda: not_run.append(len(handed))
+    hdp.schedule.sat_out = lambda batch, step, sizes: sat_out.append((step, list(sizes)))
     try:
         for k, (x, y) in enumerate(zip(xs, ys)):
             if k == 5:
                 STALL.update(device=torch.device("fl:1"), seconds=1.0)
+            if k == 7:
+                hdp._late[1][0].result(timeout=10)
             hdp.train_step(x, y, F.cross_entropy)
-        assert hdp.backups == 1
-        assert recorded == [[20, 20]] * 6 + [[20, 20]] * (8 - 6 - len(not_run))
-        assert not_run and not_run[0] == 7  # step 6 (the 7th handed out) ran without fl:1
+        assert hdp.backups == 1 and hdp.last_shards == [20, 20]
+        assert sat_out == [(6, [40, 0])]  # step 6 came while fl:1 slept
+        assert handed == [0, 1, 2, 3, 4, 5, 7, 8] and recorded == [[20, 20]] * 8
+        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     finally:
         hdp.close()
 
 
-def test_the_schedule_keeps_a_rerun_that_did_not_run():
-    schedule = SplitSchedule(ThroughputBalancer(2), rebalance_every=10)
+def test_a_sat_out_step_keeps_the_schedules_plans_and_counts_as_a_switch():
+    schedule = SplitSchedule(ThroughputBalancer(2), rebalance_every=2)
     schedule._rerun[64] = ([32, 32], True)  # a second look is due
-    assert schedule.sizes(64, 3) == [32, 32] and schedule._second_look == [32, 32]
-    schedule.not_run()
-    assert schedule._rerun[64] == ([32, 32], True) and schedule._second_look is None
-    assert schedule.sizes(64, 4) == [32, 32] and schedule._second_look == [32, 32]
+    schedule._last_set = (0, 1)
+    schedule.sat_out(64, 4, [64, 0])  # step 4: a re-balance was due
+    assert schedule._refresh_pending and schedule._last_set == (0,) and not schedule._last_probed
+    assert schedule.sizes(64, 5) == [32, 32] and schedule._second_look == [32, 32]
+
+
+def test_with_a_fixed_split_the_masters_own_shard_time_decides():
+    """Uncalibrated (a fixed split), the master's own shard time stands in for the model: two
+    devices of one host are as fast, so a stall is waited for, not backed up."""
+    xs, ys = _data(steps=6, batch=40)
+    hdp = _hdp()
+    hdp.balancer.calibrated = False
+    try:
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            if k == 5:
+                STALL.update(device=torch.device("fl:1"), seconds=0.5)
+            hdp.train_step(x, y, F.cross_entropy)
+        assert len(hdp._master_shard_seconds) == 6
+        assert hdp.backups == 0 and hdp.last_device_seconds[1] >= 0.5
+    finally:
+        hdp.close()
+
+
+def test_no_backup_where_the_loss_reaches_beyond_the_replica():
+    """A loss that reads the master's parameters (a regulariser over hdp.module), or a batch
+    that requires grad: an abandoned backward would still add into those gradients, so the
+    stalled shard is waited for, and the step equals the big batch's."""
+    xs, ys = _data(steps=6, batch=40)
+    hdp = _hdp()
+    master_weight = hdp.module.net[0].weight
+
+    def regularised(out, y):
+        return F.cross_entropy(out, y) + 1e-3 * master_weight.to(out.device).square().sum()
+
+    try:
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            if k == 5:
+                STALL.update(device=torch.device("fl:1"), seconds=0.5)
+            hdp.train_step(x, y, regularised)
+        assert hdp._loss_stays_in is False and hdp.backups == 0 and hdp.last_device_seconds[1] >= 0.5
+    finally:
+        hdp.close()
+    hdp = _hdp()
+    try:
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            if k == 5:
+                STALL.update(device=torch.device("fl:1"), seconds=0.5)
+            hdp.train_step(x.clone().requires_grad_(k == 5), y, F.cross_entropy)
+        assert hdp._loss_stays_in is True and hdp.backups == 0 and hdp.last_device_seconds[1] >= 0.5
+    finally:
+        hdp.close()
+
+
+def test_a_checkpoint_loaded_while_a_shard_is_abandoned_waits_for_it():
+    """load_state_dict (which may move the master) and broadcast first wait for an abandoned
+    shard to end: nothing copies into a replica still computing, and no rows are lost."""
+    xs, ys = _data(steps=8, batch=40)
+    expected = _big_batch_run(xs, ys)
+    hdp = _hdp()
+    try:
+        for k, (x, y) in enumerate(zip(xs, ys)):
+            if k == 5:
+                STALL.update(device=torch.device("fl:1"), seconds=0.5)
+            hdp.train_step(x, y, F.cross_entropy)
+            if k == 5:
+                assert hdp.backups == 1 and 1 in hdp._late
+                hdp.load_state_dict(hdp.state_dict())
+                assert not hdp._late
+        assert hdp.last_shards == [20, 20]
+        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    finally:
+        hdp.close()

@@ -325,11 +325,6 @@ class ThroughputBalancer:
     def _rate(self, i: int) -> float:
         return self.slowdown[i] * self.per_sample[i]
 
-    def marginal_seconds(self, device: int, rows: int) -> float:
-        """The model's time for `rows` more rows on `device` beside the others (its per-sample
-        cost, without the fixed cost of a shard)."""
-        return self._rate(device) * rows
-
     def predicted_seconds(self, shard_sizes: Sequence[int]) -> float:
         """The model's step time for a split: the slowest participating device."""
         return max((self._fixed(i) + self._rate(i) * n for i, n in enumerate(shard_sizes) if n > 0),
@@ -668,7 +663,6 @@ class SplitSchedule:
         # split's first record (ThroughputBalancer.wants_second_look).
         self._rerun: dict[int, tuple[list[int], bool]] = {}
         self._second_look: list[int] | None = None  # the sizes of the second look sizes() handed out
-        self._handed_rerun: tuple[int, list[int], bool] | None = None  # the rerun sizes() handed out last
         self._warm_split: dict[tuple, list[int]] = {}  # (batch, device set) -> its last split that ran
         self._refresh_pending = False
         self._replan_for: int | None = None  # a batch size whose split measured beaten: plan it again
@@ -693,7 +687,6 @@ class SplitSchedule:
         self.planned.clear()
         self._rerun.clear()
         self._second_look = None
-        self._handed_rerun = None
         self._replan_for = None
         self._last_set, self._last_probed, self._last_seconds = None, False, None
 
@@ -701,10 +694,8 @@ class SplitSchedule:
         """The split of step number `step` (counted from 0) for a batch of `batch_size` rows."""
         due = self.rebalance_every > 0 and step % self.rebalance_every == 0
         self._second_look = None
-        self._handed_rerun = None
         if batch_size in self._rerun:
             sizes, second_look = self._rerun.pop(batch_size)
-            self._handed_rerun = (batch_size, list(sizes), second_look)
             if second_look:
                 self._second_look = list(sizes)
             self._refresh_pending |= due  # a re-balance due now happens on the next step
@@ -727,14 +718,15 @@ class SplitSchedule:
             self.planned[batch_size] = sizes
         return self.planned[batch_size]
 
-    def not_run(self) -> None:
-        """The split that sizes() handed out last did not run as planned (HeteroDataParallel
-        moved the rows of a device still busy with an abandoned shard to the master) and is
-        not measured: a rerun it carried (a warm-up's measured step, a second look) stays due."""
-        if self._handed_rerun is not None:
-            batch_size, sizes, second_look = self._handed_rerun
-            self._rerun.setdefault(batch_size, (sizes, second_look))
-        self._handed_rerun = None
+    def sat_out(self, batch_size: int, step: int, sizes: Sequence[int]) -> None:
+        """Step number `step` ran `sizes` without asking sizes() (HeteroDataParallel: a device
+        still busy with an abandoned shard sat it out, the master ran the batch alone) and is
+        not measured. A re-balance due at it happens on the next step; the next step of
+        another device set counts as a switch to it (wants_second_look), and the steps before
+        this one no longer make the next one a return or a rerun of theirs."""
+        self._refresh_pending |= self.rebalance_every > 0 and step % self.rebalance_every == 0
+        self._last_set, self._last_probed, self._last_seconds = device_set(sizes), False, None
+        self._last_batch = batch_size
         self._second_look = None
 
     def after_step(self, batch_size: int, sizes: Sequence[int], step_seconds: float,
@@ -742,7 +734,6 @@ class SplitSchedule:
         """Counts a step that ran `sizes` in `step_seconds` (wall time of the whole step), each
         device computing its shard in `device_seconds` (None where not measured), after the
         caller spent `idle_seconds` since the step before returned (None: not known)."""
-        self._handed_rerun = None
         active = device_set(sizes)
         cold = self.cold_shards(sizes)
         self.warm.update(cold)

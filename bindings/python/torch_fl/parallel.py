@@ -424,6 +424,24 @@ def _call(module: nn.Module, inputs: Any) -> Any:
     return module(inputs)
 
 
+def _graph_stays_in(loss: torch.Tensor, module: nn.Module) -> bool:
+    """Whether the autograd graph behind `loss` reaches no leaf that requires grad but the
+    parameters of `module` (walked once, on a replica's first shard; a loss that reads another module's
+    parameters, or a batch tensor that requires grad, reaches one)."""
+    own = {id(p) for p in module.parameters()}
+    seen, todo = set(), [loss.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        variable = getattr(node, "variable", None)
+        if variable is not None and id(variable) not in own:
+            return False
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return True
+
+
 class HeteroDataParallel:
     """Data parallelism over devices of different speeds (and vendors) in one process.
 
@@ -463,7 +481,12 @@ class HeteroDataParallel:
             until it is done. On the H200 the CPU device's shard (7 ms beside the GPU's 10)
             stalled for 20-60 ms in about one split step of 100, when the hypervisor took a
             CPU from one of its BLAS threads, and one such step cost more than the split gained
-            in a run. A batch-norm master then updates its running statistics twice in that step.
+            in a run. Not when the master would need half the replica's usual time or more for
+            the shard (by the calibrated model, or with a fixed split by the master's own
+            measured shard time; with neither, never), nor for a replica whose loss's graph
+            reaches tensors outside the replica (a loss reading hdp.module's parameters, a batch
+            tensor that requires grad: its abandoned backward would still add into them). A
+            batch-norm master updates its running statistics twice in a backed-up step.
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
             plugin) computes on its shard of a host batch in place instead of a copy of it —
             as nn.DataParallel leaves the shard that is already on its device. A model or loss
@@ -543,10 +566,17 @@ class HeteroDataParallel:
         self._scaler: torch.amp.GradScaler | None = None  # this step's (train_step), for every shard
         self.backup_late_shards = bool(backup_late_shards)
         self.backups = 0  # shards the master computed in a late replica's place (backup_late_shards)
-        self._late: dict[int, concurrent.futures.Future] = {}  # replica -> its abandoned shard, running
-        self._abandoned: dict[int, threading.Event] = {}  # replica -> set when its shard is abandoned
-        # (replica, shard size) -> its last LATE_HISTORY shard times (waited shards of split steps)
+        # replica -> (its abandoned shard, still running or not yet reaped; that shard's size)
+        self._late: dict[int, tuple[concurrent.futures.Future, int]] = {}
+        # (replica, shard size) -> its last LATE_HISTORY shard times (waited or abandoned shards)
         self._shard_seconds: dict[tuple[int, int], collections.deque[float]] = {}
+        # the master's own shard times in split steps (timed by events), for a fixed split
+        self._master_shard_seconds: collections.deque[float] = collections.deque(maxlen=self.LATE_HISTORY)
+        # Whether a replica's loss reaches no leaf but the replica's own parameters (checked on
+        # the first shard of a replica, in calibration as a rule; None until then): only then
+        # is a shard backed up, as an abandoned backward would otherwise still add into the
+        # master's gradients (a loss reading hdp.module) or a batch tensor's.
+        self._loss_stays_in: bool | None = None
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -641,7 +671,8 @@ class HeteroDataParallel:
     def broadcast(self, replicas: Iterable[int] | None = None) -> None:
         """Copies the master's parameters and buffers into the other replicas (all by default),
         so that they hold exactly the master's bits."""
-        indices = range(len(self.replicas)) if replicas is None else replicas
+        indices = range(len(self.replicas)) if replicas is None else list(replicas)
+        self._drain_late(indices)
         for i in indices:
             self._copy_from_master(i)
         if replicas is None:
@@ -690,6 +721,7 @@ class HeteroDataParallel:
         state it computes from, so a change made to such a replica by hand is overwritten
         rather than reported (it would be before the replica computed again)."""
         start = time.perf_counter()
+        self._drain_late(replicas)
         try:
             master = [t.detach().cpu() for t in self._state_tensors(self.module)]
             for i in (range(len(self.replicas)) if replicas is None else replicas):
@@ -721,6 +753,8 @@ class HeteroDataParallel:
                 p.grad = None
         loss = loss_fn(_call(replica, x), y)
         scaled = loss * weight if weight != 1.0 else loss
+        if self._loss_stays_in is None and replica is not self.module:
+            self._loss_stays_in = _graph_stays_in(scaled, replica)
         (self._scaler.scale(scaled) if self._scaler is not None else scaled).backward()
         if in_place and any(t._version != 0 for t in _tensor_leaves((x, y)) if t.device == device):
             # The module or the loss wrote its inputs in place, and so the caller's batch: from
@@ -748,6 +782,8 @@ class HeteroDataParallel:
                 if enabled:
                     autocast.enter_context(torch.autocast(device_type, dtype=dtype))
             start = time.perf_counter()
+            if abandoned is not None and abandoned.is_set():  # it had not started when the master took it
+                return 0.0, None
             loss = self._queue_shard(index, inputs, targets, loss_fn, weight)
             if not wait:
                 return loss, None
@@ -763,7 +799,7 @@ class HeteroDataParallel:
                 shipping = time.perf_counter()
                 self._shipped[index] = self._ship_gradients(index, ship_on)
                 if self.timeline is not None:
-                    self._marks[index].update(shipping=shipping, shipped=time.perf_counter())
+                    self._marks.setdefault(index, {}).update(shipping=shipping, shipped=time.perf_counter())
                 return float(loss), end - start
             return loss, end - start
 
@@ -876,17 +912,19 @@ class HeteroDataParallel:
         if self._scaler is not None and getattr(self._scaler, "_scale", None) is None:
             # GradScaler creates its scale on first use: here, not in several shards' threads at once.
             self._scaler.scale(torch.ones((), device=self.reduce_device))
-        sizes = self._shard_sizes(batch)
-        # A device still busy with an abandoned shard sits this step out: the master takes its
-        # rows, and the step is not measured (the schedule keeps the split it planned).
-        busy = [i for i in self._late if sizes[i] > 0] if self._master_index is not None else []
-        if busy:
-            sizes = list(sizes)
-            for i in busy:
-                sizes[self._master_index] += sizes[i]
-                sizes[i] = 0
-            if self.fixed_split is None:
-                self.schedule.not_run()
+        # A device still busy with an abandoned shard sits this step out, which is not measured:
+        # with a fixed split the master takes its rows; else the master runs the batch alone and
+        # the schedule plans nothing for this step (SplitSchedule.sat_out).
+        busy = bool(self._late) and self._master_index is not None
+        if busy and self.fixed_split is None:
+            sizes = [batch if i == self._master_index else 0 for i in range(len(self.devices))]
+            self.schedule.sat_out(batch, self.steps, sizes)
+        else:
+            sizes = self._shard_sizes(batch)
+            if busy:
+                for i in self._late:
+                    sizes[self._master_index] += sizes[i]
+                    sizes[i] = 0
         active = device_set(sizes)
         if len(active) == 1:
             in_parts, tgt_parts = [inputs], [targets]
@@ -945,10 +983,11 @@ class HeteroDataParallel:
                                                            abandoned[i])
                     if timed is not None:
                         results[timed] = self._queue_timed_shard(timed, *parts[timed], loss_fn, weights[timed])
-                        late = self._late_shards(futures, sizes, start, results[timed][1][1])
+                        if not any(t.requires_grad for t in _tensor_leaves((inputs, targets))):
+                            late = self._late_shards(futures, sizes, start, results[timed][1][1])
                         for i in late:  # the master computes it in the late replica's place
                             abandoned[i].set()
-                            self._late[i] = futures.pop(i)
+                            self._late[i] = (futures.pop(i), sizes[i])
                             results[i] = (self._queue_shard(timed, *parts[i], loss_fn, weights[i]), None)
                             self.backups += 1
                 finally:
@@ -1001,6 +1040,8 @@ class HeteroDataParallel:
             # The device's time from the shard's first operator to its last.
             device_seconds = begin.elapsed_time(end) / 1e3
             results[timed] = (results[timed][0], device_seconds)
+            if len(active) > 1:
+                self._master_shard_seconds.append(device_seconds)
             if self.timeline is not None:  # not before its last operator was queued
                 self._marks[timed]["synced"] = max(self._marks[timed]["dispatched"], when + device_seconds)
         if self.timeline is not None and len(active) > 1:
@@ -1027,14 +1068,18 @@ class HeteroDataParallel:
         has 3 such times, its usual time is the calibrated model's (a split's first steps: on
         the H200 a stall in the first step of a split, 88 ms against 11, kept the split out for
         the rest of the run); without either it is waited for. So is one whose shard would take
-        the master at least half the replica's usual time (by the calibrated model): there a
-        backup saves little, and on a host shared by both devices it slows the replica it
-        stands in for."""
+        the master half the replica's usual time or more: by the calibrated model (a pass of
+        that many rows, fixed cost included), or uncalibrated (a fixed split) by the master's
+        own shard time, scaled up for a larger shard. There a backup saves little, and on a
+        host shared by both devices it slows the replica it stands in for (two CPU-plugin
+        devices on 2 cores backed up 1 step in 4 and ran 10% slower with a per-row estimate)."""
         late = set()
         if not self.backup_late_shards:
             return late
         calibrated = self.balancer.calibrated
         for i, future in futures.items():
+            if not self._loss_stays_in:
+                continue
             history = self._shard_seconds.get((i, sizes[i]))
             if history is not None and len(history) >= 3:
                 usual = statistics.median(history)
@@ -1042,7 +1087,15 @@ class HeteroDataParallel:
                 usual = self.balancer.predicted_seconds([sizes[i] if k == i else 0 for k in range(len(sizes))])
             else:
                 continue
-            if calibrated and self.balancer.marginal_seconds(self._master_index, sizes[i]) >= 0.5 * usual:
+            if calibrated:  # a pass of the shard on the master, fixed cost included
+                master_seconds = self.balancer.predicted_seconds(
+                    [sizes[i] if k == self._master_index else 0 for k in range(len(sizes))])
+            elif len(self._master_shard_seconds) >= 3:  # at most its own shard's time, if no larger
+                master_seconds = statistics.median(self._master_shard_seconds) * max(
+                    1.0, sizes[i] / sizes[self._master_index])
+            else:
+                continue
+            if master_seconds >= 0.5 * usual:
                 continue
             limit = self.LATE_FACTOR * usual + self.LATE_MARGIN
             if concurrent.futures.wait([future], timeout=max(start + limit - time.perf_counter(), 0.0)).done:
@@ -1056,7 +1109,7 @@ class HeteroDataParallel:
         """Replicas whose abandoned shard has ended compute again: each pulls the master's
         state before it does (its shard may have pulled while the optimizer wrote it). An
         error of such a shard is reported, as its result no longer counts."""
-        for i, future in list(self._late.items()):
+        for i, (future, size) in list(self._late.items()):
             if not future.done():
                 continue
             del self._late[i]
@@ -1065,6 +1118,18 @@ class HeteroDataParallel:
             if error is not None:
                 warnings.warn(f"HeteroDataParallel: the abandoned shard on {self.devices[i]} (the master computed it "
                               f"in its place) raised afterwards: {error!r}", stacklevel=3)
+            elif future.result()[1] is not None:
+                # Its time counts towards the replica's usual one: a replica that is slow every
+                # step, not stalled once, stops being backed up.
+                self._shard_seconds.setdefault((i, size), collections.deque(maxlen=self.LATE_HISTORY)).append(
+                    future.result()[1])
+
+    def _drain_late(self, replicas: Iterable[int] | None = None) -> None:
+        """Waits for the abandoned shards of `replicas` (all by default) to end, then reaps
+        them: before anything copies into those replicas or moves the master."""
+        indices = set(self._late) if replicas is None else set(replicas) & set(self._late)
+        concurrent.futures.wait([self._late[i][0] for i in indices])
+        self._reap_late()
 
     def _times_master_alone(self) -> bool:
         """Whether a step of the master alone is timed: the last before a re-balance (so each
@@ -1127,6 +1192,7 @@ class HeteroDataParallel:
         times the gradient round trip of every other device to it, and fits the balancer.
         Parameters and buffers are restored afterwards, also when a pass raises (and then no
         replica keeps a gradient of it); no optimizer step is taken."""
+        self._drain_late()
         saved = [t.detach().clone() for t in self._state_tensors(self.module)]
         self._scaler = None  # timed passes only: a step's scaler is taken after calibration
         # The timed passes must not add into the gradient of a batch that requires grad.
@@ -1189,6 +1255,10 @@ class HeteroDataParallel:
         new, old = self.devices[index], self.reduce_device
         if new == old:
             return
+        self._drain_late()  # no abandoned shard may still use the module that moves
+        # What was learnt per device index about the replicas' shards is of the old arrangement.
+        self._shard_seconds.clear()
+        self._master_shard_seconds.clear()
         displaced = self.replicas[index]
         with torch.no_grad():
             self.module.to(new)
@@ -1275,6 +1345,7 @@ class HeteroDataParallel:
         """Resumes from `state_dict()`. A checkpoint of other devices (another list, order or
         count) restores the module, the optimizer and the step count; its balancer measurements
         are dropped (with a warning) and the next step calibrates on these devices."""
+        self._drain_late()  # an abandoned shard may not compute on what is loaded, nor on a moved master
         saved_devices = state.get("devices")
         same_devices = saved_devices is None or list(saved_devices) == [str(d) for d in self.devices]
         saved_reduce = state.get("reduce_device")
@@ -1300,6 +1371,7 @@ class HeteroDataParallel:
         training steps raise."""
         self._closed = True
         self._unwatch_structure()
+        self._drain_late()  # (reports an abandoned shard's error)
         self._pool.shutdown(wait=True)
 
     def _watch_structure(self) -> None:

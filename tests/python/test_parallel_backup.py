@@ -199,7 +199,7 @@ def test_a_step_that_a_busy_device_sits_out_is_not_measured():
     handed, recorded, sat_out = [], [], []
     hdp.schedule.sizes = lambda batch, step: handed.append(step) or [20, 20]
     hdp.schedule.after_step = lambda batch, sizes, *rest: recorded.append(list(sizes))
-    hdp.schedule.sat_out = lambda batch, step, sizes: sat_out.append((step, list(sizes)))
+    hdp.schedule.sat_out = lambda batch, step, sizes, seconds, idle: sat_out.append((step, list(sizes)))
     try:
         for k, (x, y) in enumerate(zip(xs, ys)):
             if k == 5:
@@ -217,12 +217,25 @@ def test_a_step_that_a_busy_device_sits_out_is_not_measured():
 
 
 def test_a_sat_out_step_keeps_the_schedules_plans_and_counts_as_a_switch():
-    schedule = SplitSchedule(ThroughputBalancer(2), rebalance_every=2)
+    """A second look due when a device sat a step out waits past the cold step that follows:
+    that step runs it again, unrecorded, and the step after it is the second look."""
+    b = ThroughputBalancer(2)
+    b.calibrate(0, [(16, 0.016), (64, 0.064)])
+    b.calibrate(1, [(16, 0.016), (64, 0.064)])
+    schedule = SplitSchedule(b, rebalance_every=2)
     schedule._rerun[64] = ([32, 32], True)  # a second look is due
     schedule._last_set = (0, 1)
-    schedule.sat_out(64, 4, [64, 0])  # step 4: a re-balance was due
+    schedule.warm.update({(0, 32), (1, 32), (0, 64)})  # (no warm-up step)
+    schedule.sat_out(64, 4, [64, 0], 0.011, 0.001)  # step 4: a re-balance was due
     assert schedule._refresh_pending and schedule._last_set == (0,) and not schedule._last_probed
+    assert schedule._last_seconds == 0.011 and list(schedule._idles) == [0.001]
     assert schedule.sizes(64, 5) == [32, 32] and schedule._second_look == [32, 32]
+    recorded = b.recorded_steps.get("0,1", 0)
+    schedule.after_step(64, [32, 32], 0.020, [0.02, 0.02], 0.001)  # cold: after the master alone
+    assert b.recorded_steps.get("0,1", 0) == recorded and schedule._rerun[64] == ([32, 32], True)
+    assert schedule.sizes(64, 6) == [32, 32] and schedule._second_look == [32, 32]
+    schedule.after_step(64, [32, 32], 0.012, [0.012, 0.012], 0.001)
+    assert b.recorded_steps["0,1"] == recorded + 1 and 64 not in schedule._rerun
 
 
 def test_with_a_fixed_split_the_masters_own_shard_time_decides():
@@ -268,6 +281,55 @@ def test_no_backup_where_the_loss_reaches_beyond_the_replica():
                 STALL.update(device=torch.device("fl:1"), seconds=0.5)
             hdp.train_step(x.clone().requires_grad_(k == 5), y, F.cross_entropy)
         assert hdp._loss_stays_in is True and hdp.backups == 0 and hdp.last_device_seconds[1] >= 0.5
+    finally:
+        hdp.close()
+
+
+def test_the_loss_is_checked_again_for_a_new_loss_or_an_unfrozen_parameter():
+    """The check of the loss's reach is made again when train_step gets another loss_fn, and
+    when the master's requires_grad flags change (a frozen parameter a regulariser reads)."""
+    xs, ys = _data(steps=4, batch=40)
+    hdp = _hdp()
+    master_weight = hdp.module.net[0].weight
+
+    def regularised(out, y):
+        return F.cross_entropy(out, y) + 1e-3 * master_weight.to(out.device).square().sum()
+
+    try:
+        hdp.train_step(xs[0], ys[0], F.cross_entropy)
+        assert hdp._loss_stays_in is True
+        hdp.train_step(xs[1], ys[1], regularised)
+        assert hdp._loss_stays_in is False
+        hdp.train_step(xs[2], ys[2], F.cross_entropy)
+        assert hdp._loss_stays_in is True
+        master_weight.requires_grad_(False)
+        hdp.train_step(xs[3], ys[3], regularised)
+        assert hdp._loss_stays_in is True  # the frozen weight takes no gradient
+        master_weight.requires_grad_(True)
+        hdp.train_step(xs[3], ys[3], regularised)
+        assert hdp._loss_stays_in is False
+    finally:
+        hdp.close()
+
+
+def test_a_reentrant_checkpoint_counts_as_reaching_beyond_the_replica():
+    from torch.utils.checkpoint import checkpoint
+    from torch_fl.parallel import _graph_stays_in
+    replica, other = nn.Linear(4, 4), nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    assert _graph_stays_in(replica(x).sum(), replica)
+    assert not _graph_stays_in((replica(x) + other(x)).sum(), replica)
+    assert _graph_stays_in(checkpoint(replica, x, use_reentrant=False).sum(), replica)
+    assert not _graph_stays_in(checkpoint(replica, x.requires_grad_(), use_reentrant=True).sum(), replica)
+
+
+def test_assert_replicas_identical_takes_a_generator():
+    hdp = _hdp()
+    try:
+        with torch.no_grad():
+            hdp.replicas[1].net[0].weight.add_(1.0)
+        with pytest.raises(AssertionError, match="replica on fl:1 differs"):
+            hdp.assert_replicas_identical(i for i in [1])
     finally:
         hdp.close()
 

@@ -645,7 +645,9 @@ class SplitSchedule:
     steps of another set, when it lost to another candidate by less than probe_limit, runs
     again at once and the second step's time becomes the split's record, charged a share of
     the first's excess (ThroughputBalancer.wants_second_look). A probe's step after a pause is
-    not recorded either: the probe runs again on the next step.
+    not recorded either: the probe runs again on the next step; nor is a second look that came
+    right after steps of another set (HeteroDataParallel ran the master alone while a device
+    was busy: sat_out), which would be cold itself: it runs again on the next step.
 
     Shard sizes are multiples of the granularity (`granularity`, or batch/16 rounded down to a
     power of two), so that a drifting split reuses a few shapes."""
@@ -718,14 +720,18 @@ class SplitSchedule:
             self.planned[batch_size] = sizes
         return self.planned[batch_size]
 
-    def sat_out(self, batch_size: int, step: int, sizes: Sequence[int]) -> None:
-        """Step number `step` ran `sizes` without asking sizes() (HeteroDataParallel: a device
-        still busy with an abandoned shard sat it out, the master ran the batch alone) and is
-        not measured. A re-balance due at it happens on the next step; the next step of
-        another device set counts as a switch to it (wants_second_look), and the steps before
-        this one no longer make the next one a return or a rerun of theirs."""
+    def sat_out(self, batch_size: int, step: int, sizes: Sequence[int], step_seconds: float,
+                idle_seconds: float | None = None) -> None:
+        """Step number `step` ran `sizes` in `step_seconds` without asking sizes()
+        (HeteroDataParallel: a device still busy with an abandoned shard sat it out, the master
+        ran the batch alone) and is not measured. A re-balance due at it happens on the next
+        step; the next step of another device set counts as a switch to it (a second look
+        waits past it: after_step), and the steps before this one no longer make the next one
+        a return."""
         self._refresh_pending |= self.rebalance_every > 0 and step % self.rebalance_every == 0
-        self._last_set, self._last_probed, self._last_seconds = device_set(sizes), False, None
+        if idle_seconds is not None:
+            self._idles.append(idle_seconds)
+        self._last_set, self._last_probed, self._last_seconds = device_set(sizes), False, step_seconds
         self._last_batch = batch_size
         self._second_look = None
 
@@ -752,6 +758,11 @@ class SplitSchedule:
         self._second_look = None
         if cold:
             self._rerun[batch_size] = (list(sizes), False)  # a warm-up: measure this split on the next step
+        elif second_look and switched_in:
+            # A second look is what a split's cold step is looked past with; one that comes
+            # right after steps of another set (a sat-out step of HeteroDataParallel's) is cold
+            # itself: it runs again on the next step instead.
+            self._rerun[batch_size] = (list(sizes), True)
         elif paused and not returned and (self.balancer.probing or second_look):
             # A probe's step (or a second look) after a pause measures the pause's cold caches,
             # and is not recorded: it runs again on the next step (on the H200 a recheck of

@@ -426,8 +426,10 @@ def _call(module: nn.Module, inputs: Any) -> Any:
 
 def _graph_stays_in(loss: torch.Tensor, module: nn.Module) -> bool:
     """Whether the autograd graph behind `loss` reaches no leaf that requires grad but the
-    parameters of `module` (walked once, on a replica's first shard; a loss that reads another module's
-    parameters, or a batch tensor that requires grad, reaches one)."""
+    parameters of `module` (a loss that reads another module's parameters, or a batch tensor
+    that requires grad, reaches one; so may a reentrant checkpoint, which counts as one).
+    Walked on a replica's first shard, again after a new loss_fn or a change of the master's
+    requires_grad flags (0.7 ms for a 150-layer MLP)."""
     own = {id(p) for p in module.parameters()}
     seen, todo = set(), [loss.grad_fn]
     while todo:
@@ -438,6 +440,8 @@ def _graph_stays_in(loss: torch.Tensor, module: nn.Module) -> bool:
         variable = getattr(node, "variable", None)
         if variable is not None and id(variable) not in own:
             return False
+        if type(node).__name__ == "CheckpointFunctionBackward":  # reentrant checkpointing: its graph is
+            return False  # built in its backward, so what it reads is not known here
         todo.extend(next_node for next_node, _ in node.next_functions)
     return True
 
@@ -485,8 +489,11 @@ class HeteroDataParallel:
             the shard (by the calibrated model, or with a fixed split by the master's own
             measured shard time; with neither, never), nor for a replica whose loss's graph
             reaches tensors outside the replica (a loss reading hdp.module's parameters, a batch
-            tensor that requires grad: its abandoned backward would still add into them). A
-            batch-norm master updates its running statistics twice in a backed-up step.
+            tensor that requires grad: its abandoned backward would still add into them; this is
+            checked again for each new loss_fn and after requires_grad flags change, so a loss
+            whose reach changes otherwise, with the step or the data, needs
+            backup_late_shards=False). A batch-norm master updates its running statistics twice
+            in a backed-up step, and an abandoned backward still runs the replica's hooks.
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
             plugin) computes on its shard of a host batch in place instead of a copy of it —
             as nn.DataParallel leaves the shard that is already on its device. A model or loss
@@ -577,6 +584,7 @@ class HeteroDataParallel:
         # is a shard backed up, as an abandoned backward would otherwise still add into the
         # master's gradients (a loss reading hdp.module) or a batch tensor's.
         self._loss_stays_in: bool | None = None
+        self._checked_loss_fn: Callable | None = None  # the loss_fn it was decided for (a new one decides again)
 
         # Replicas are copied before the master moves, so that deepcopy sees host tensors when
         # the caller passed a CPU module.
@@ -664,6 +672,7 @@ class HeteroDataParallel:
                     if mine.requires_grad != theirs.requires_grad:
                         mine.requires_grad_(theirs.requires_grad)
             self._seen_flags, self._seen_modes = flags, modes
+            self._loss_stays_in = None  # (an unfrozen parameter may now take a loss's gradient)
         if self._non_master and self._master_versions and self._versions() != self._master_versions:
             self._stale = set(self._non_master)
 
@@ -721,6 +730,7 @@ class HeteroDataParallel:
         state it computes from, so a change made to such a replica by hand is overwritten
         rather than reported (it would be before the replica computed again)."""
         start = time.perf_counter()
+        replicas = None if replicas is None else list(replicas)
         self._drain_late(replicas)
         try:
             master = [t.detach().cpu() for t in self._state_tensors(self.module)]
@@ -900,6 +910,8 @@ class HeteroDataParallel:
                              "grad. Each shard runs its own backward, so a graph upstream of the batch would be "
                              "walked once per shard: pass detached tensors (leaf tensors that require grad are "
                              "fine), or compute that part inside the module")
+        if loss_fn is not self._checked_loss_fn:  # another loss may reach other tensors: check again
+            self._loss_stays_in, self._checked_loss_fn = None, loss_fn
         # The pool's threads run each shard under the caller's autocast (it is per thread).
         self._autocast = _autocast_state(d.type for d in self.devices)
         self._follow_master()
@@ -918,7 +930,6 @@ class HeteroDataParallel:
         busy = bool(self._late) and self._master_index is not None
         if busy and self.fixed_split is None:
             sizes = [batch if i == self._master_index else 0 for i in range(len(self.devices))]
-            self.schedule.sat_out(batch, self.steps, sizes)
         else:
             sizes = self._shard_sizes(batch)
             if busy:
@@ -1052,8 +1063,11 @@ class HeteroDataParallel:
         self._marks = {}
 
         seconds: list[float | None] = [results[i][1] if i in results else None for i in range(len(sizes))]
-        if self.fixed_split is None and not busy:
-            self.schedule.after_step(batch, sizes, time.perf_counter() - called, seconds, idle)
+        if self.fixed_split is None:
+            if busy:
+                self.schedule.sat_out(batch, self.steps, sizes, time.perf_counter() - called, idle)
+            else:
+                self.schedule.after_step(batch, sizes, time.perf_counter() - called, seconds, idle)
         self.last_shards, self.last_device_seconds = list(sizes), seconds
         self.steps += 1
         self._returned_at = time.perf_counter()

@@ -21,7 +21,11 @@ the issue's two targets: pair ≥ the fastest device alone, and pair ≥ 0.9 × 
 devices alone (the pair counted over every epoch after the calibration epoch, probes
 included). Last, how far that verdict stands above the machine's noise: each epoch of the pair
 divided by the fastest device's window timed right after it (median, range, how many ≥ 1.0),
-and the range of that device's windows.
+and the range of that device's windows; then how many shards the master computed in a late
+device's place (HeteroDataParallel's backup_late_shards). With --history FILE it writes every
+step (shards, times, what the host did during it: host_counters.py) and each epoch's /proc
+counters (steal time, compaction, each thread's CPU time), and prints the steps over 1.5 x
+their shards' median beside those counters.
 """
 from __future__ import annotations
 

@@ -61,8 +61,20 @@ struct DivTruncOp : OpTraits {
   }
 };
 
-// ATen's div_floor_floating; for bfloat16/half its `floordiv` is of the tensor's type, so it
-// is rounded where ATen's is.
+// The end of ATen's div_floor_floating, from div = (a - mod) / b (or (a - mod) * (1 / b)): one
+// less where the remainder's sign differs from b's, then the floor, rounded up past .5; a zero
+// takes the sign of the quotient (`quotient()`, computed only then). For bfloat16/half ATen's
+// `floordiv` is of the tensor's type, so it is rounded where ATen's is.
+template <class C, class Quotient>
+__device__ __forceinline__ C floor_division(C div, C mod, C b, const Quotient& quotient, int storage) {
+  if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) div -= C(1);
+  if (div == C(0)) return dmath::copysign_(C(0), quotient());
+  C floordiv = round_to_storage(dmath::floor_(div), storage);
+  if (div - floordiv > C(0.5)) floordiv = round_to_storage(floordiv + C(1), storage);
+  return floordiv;
+}
+
+// ATen's div_floor_floating (floor_division).
 template <class C>
 struct DivFloorOp : OpTraits {
   int storage;
@@ -71,16 +83,7 @@ struct DivFloorOp : OpTraits {
     if constexpr (std::is_floating_point_v<C>) {
       if (b == C(0)) return a / b;
       const C mod = dmath::fmod_(a, b);
-      C div = (a - mod) / b;
-      if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) div -= C(1);
-      C floordiv;
-      if (div != C(0)) {
-        floordiv = round_to_storage(dmath::floor_(div), storage);
-        if (div - floordiv > C(0.5)) floordiv = round_to_storage(floordiv + C(1), storage);
-      } else {
-        floordiv = dmath::copysign_(C(0), a / b);
-      }
-      return floordiv;
+      return floor_division((a - mod) / b, mod, b, [&] { return a / b; }, storage);
     } else {
       if (b == 0) return C(0);
       C q = a / b;
@@ -118,16 +121,7 @@ struct DivFloorByScalarOp : FloatOnly {
       : b(static_cast<C>(q.a)), inv(C(1) / static_cast<C>(q.a)), storage(q.mode) {}
   __device__ C operator()(C a) const {
     const C mod = dmath::fmod_(a, b);
-    C div = (a - mod) * inv;
-    if ((mod != C(0)) && ((b < C(0)) != (mod < C(0)))) div -= C(1);
-    C floordiv;
-    if (div != C(0)) {
-      floordiv = round_to_storage(dmath::floor_(div), storage);
-      if (div - floordiv > C(0.5)) floordiv = round_to_storage(floordiv + C(1), storage);
-    } else {
-      floordiv = dmath::copysign_(C(0), a * inv);
-    }
-    return floordiv;
+    return floor_division((a - mod) * inv, mod, b, [&] { return a * inv; }, storage);
   }
 };
 

@@ -21,6 +21,19 @@ def _example_process(*args: str, timeout: float = 300, before: str = ""):
     return run_python(code, env={"FL_CPU_DEVICES": "2"}, timeout=timeout)
 
 
+def _before_each_train_step(imports: str, statements: str) -> str:
+    """The `before` of _example_process that runs `statements` (indented, with `calls[0]` the
+    call's number from 1) at the start of every HeteroDataParallel.train_step."""
+    return (f"import {imports}, torch_fl.parallel as p\n"
+            "train_step = p.HeteroDataParallel.train_step\n"
+            "calls = [0]\n"
+            "def patched(self, *a, **k):\n"
+            "    calls[0] += 1\n"
+            + "".join(f"    {line}\n" for line in statements.splitlines()) +
+            "    return train_step(self, *a, **k)\n"
+            "p.HeteroDataParallel.train_step = patched")
+
+
 def _run_example(*args: str) -> str:
     r = _example_process(*args)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -90,16 +103,9 @@ def test_a_slow_step_is_reported_with_what_the_host_did_during_it(tmp_path):
     """One step of the second epoch spins 0.3 s of CPU time in this process: the example names
     it among the slow steps, and its history holds that CPU time."""
     history = tmp_path / "history.json"
-    before = ("import time, torch_fl.parallel as p\n"
-              "train_step = p.HeteroDataParallel.train_step\n"
-              "calls = [0]\n"
-              "def spinning(self, *a, **k):\n"
-              "    calls[0] += 1\n"
-              "    if calls[0] == 9:\n"
-              "        t0 = time.thread_time()\n"
-              "        while time.thread_time() - t0 < 0.3: pass\n"
-              "    return train_step(self, *a, **k)\n"
-              "p.HeteroDataParallel.train_step = spinning")
+    before = _before_each_train_step("time", "if calls[0] == 9:\n"
+                                             "    t0 = time.thread_time()\n"
+                                             "    while time.thread_time() - t0 < 0.3: pass")
     r = _example_process("--model", "wide", "--samples", "4096", "--batch-size", "512", "--epochs", "2",
                          "--history", str(history), before=before)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -116,14 +122,7 @@ def test_the_history_gives_each_step_the_full_garbage_collections_that_began_in_
     """A step that runs a full collection (here gc.collect() at the start of every train_step
     from the second epoch on) has its milliseconds."""
     history = tmp_path / "history.json"
-    before = ("import gc, torch_fl.parallel as p\n"
-              "train_step = p.HeteroDataParallel.train_step\n"
-              "calls = [0]\n"
-              "def collecting(self, *a, **k):\n"
-              "    calls[0] += 1\n"
-              "    if calls[0] > 6: gc.collect()\n"
-              "    return train_step(self, *a, **k)\n"
-              "p.HeteroDataParallel.train_step = collecting")
+    before = _before_each_train_step("gc", "if calls[0] > 6: gc.collect()")
     r = _example_process("--model", "wide", "--samples", "4096", "--batch-size", "512", "--epochs", "2",
                          "--history", str(history), before=before)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]

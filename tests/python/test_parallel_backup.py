@@ -70,6 +70,30 @@ def _hdp(**kwargs) -> HeteroDataParallel:
     return hdp
 
 
+def _train_stalling_the_last_step(hdp: HeteroDataParallel, xs, ys, seconds: float = 0.5, loss_fn=F.cross_entropy,
+                                  batch_of=lambda k, x: x) -> float:
+    """Trains on every batch (`batch_of(k, x)` of step k), fl:1's shard of the last step stalling
+    for `seconds`; returns the last step's time."""
+    for k, (x, y) in enumerate(zip(xs, ys)):
+        if k == len(xs) - 1:
+            STALL.update(device=torch.device("fl:1"), seconds=seconds)
+        started = time.perf_counter()
+        hdp.train_step(batch_of(k, x), y, loss_fn)
+    return time.perf_counter() - started
+
+
+def _assert_equals_the_big_batch(hdp: HeteroDataParallel, expected: list[torch.Tensor]) -> None:
+    for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+
+
+def _regularised_by(weight: torch.Tensor):
+    """cross_entropy plus a regulariser over `weight` (the master's: beyond every replica)."""
+    def regularised(out, y):
+        return F.cross_entropy(out, y) + 1e-3 * weight.to(out.device).square().sum()
+    return regularised
+
+
 @pytest.fixture(autouse=True)
 def _no_stall_left():
     yield
@@ -101,8 +125,7 @@ def test_a_late_shard_is_computed_by_the_master_and_the_step_equals_the_big_batc
         assert shards == [[20, 20]] * 6 + [[40, 0]] + [[20, 20]] * 2, shards
         # debug=True asserted before steps 7 and 8 that fl:1 held the master's bits (it pulled
         # them again after its abandoned shard ended).
-        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        _assert_equals_the_big_batch(hdp, expected)
     finally:
         hdp.close()
 
@@ -111,12 +134,7 @@ def test_without_backups_a_step_waits_for_its_late_shard():
     xs, ys = _data(steps=5, batch=40)
     hdp = _hdp(backup_late_shards=False)
     try:
-        for k, (x, y) in enumerate(zip(xs, ys)):
-            if k == 4:
-                STALL.update(device=torch.device("fl:1"), seconds=0.5)
-            started = time.perf_counter()
-            hdp.train_step(x, y, F.cross_entropy)
-        assert time.perf_counter() - started >= 0.5
+        assert _train_stalling_the_last_step(hdp, xs, ys) >= 0.5
         assert hdp.backups == 0 and hdp.last_shards == [20, 20] and hdp.last_device_seconds[1] >= 0.5
     finally:
         hdp.close()
@@ -143,8 +161,7 @@ def test_before_a_replica_has_usual_times_the_calibrated_model_tells_a_late_shar
         for x, y in zip(xs[1:], ys[1:]):
             hdp.train_step(x, y, F.cross_entropy)
         assert hdp.last_shards == [20, 20] and hdp.backups == 1
-        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        _assert_equals_the_big_batch(hdp, expected)
     finally:
         hdp.close()
 
@@ -157,10 +174,7 @@ def test_a_master_no_faster_than_the_late_replica_waits_for_it():
     hdp.balancer.calibrated = True
     hdp.balancer.per_sample = [1e-3, 1e-3]  # 20 ms for a shard on either device
     try:
-        for k, (x, y) in enumerate(zip(xs, ys)):
-            if k == 4:
-                STALL.update(device=torch.device("fl:1"), seconds=0.5)
-            hdp.train_step(x, y, F.cross_entropy)
+        _train_stalling_the_last_step(hdp, xs, ys)
         assert hdp.backups == 0 and hdp.last_shards == [20, 20] and hdp.last_device_seconds[1] >= 0.5
     finally:
         hdp.close()
@@ -182,8 +196,7 @@ def test_an_abandoned_shard_that_fails_afterwards_is_reported_and_training_goes_
                 continue
             hdp.train_step(x, y, F.cross_entropy)
         assert hdp.backups == 1 and not hdp._late and hdp.last_shards == [20, 20]
-        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        _assert_equals_the_big_batch(hdp, expected)
     finally:
         hdp.close()
 
@@ -210,8 +223,7 @@ def test_a_step_that_a_busy_device_sits_out_is_not_measured():
         assert hdp.backups == 1 and hdp.last_shards == [20, 20]
         assert sat_out == [(6, [40, 0])]  # step 6 came while fl:1 slept
         assert handed == [0, 1, 2, 3, 4, 5, 7, 8] and recorded == [[20, 20]] * 8
-        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        _assert_equals_the_big_batch(hdp, expected)
     finally:
         hdp.close()
 
@@ -245,10 +257,7 @@ def test_with_a_fixed_split_the_masters_own_shard_time_decides():
     hdp = _hdp()
     hdp.balancer.calibrated = False
     try:
-        for k, (x, y) in enumerate(zip(xs, ys)):
-            if k == 5:
-                STALL.update(device=torch.device("fl:1"), seconds=0.5)
-            hdp.train_step(x, y, F.cross_entropy)
+        _train_stalling_the_last_step(hdp, xs, ys)
         assert len(hdp._master_shard_seconds) == 6
         assert hdp.backups == 0 and hdp.last_device_seconds[1] >= 0.5
     finally:
@@ -261,25 +270,14 @@ def test_no_backup_where_the_loss_reaches_beyond_the_replica():
     stalled shard is waited for, and the step equals the big batch's."""
     xs, ys = _data(steps=6, batch=40)
     hdp = _hdp()
-    master_weight = hdp.module.net[0].weight
-
-    def regularised(out, y):
-        return F.cross_entropy(out, y) + 1e-3 * master_weight.to(out.device).square().sum()
-
     try:
-        for k, (x, y) in enumerate(zip(xs, ys)):
-            if k == 5:
-                STALL.update(device=torch.device("fl:1"), seconds=0.5)
-            hdp.train_step(x, y, regularised)
+        _train_stalling_the_last_step(hdp, xs, ys, loss_fn=_regularised_by(hdp.module.net[0].weight))
         assert hdp._loss_stays_in is False and hdp.backups == 0 and hdp.last_device_seconds[1] >= 0.5
     finally:
         hdp.close()
     hdp = _hdp()
     try:
-        for k, (x, y) in enumerate(zip(xs, ys)):
-            if k == 5:
-                STALL.update(device=torch.device("fl:1"), seconds=0.5)
-            hdp.train_step(x.clone().requires_grad_(k == 5), y, F.cross_entropy)
+        _train_stalling_the_last_step(hdp, xs, ys, batch_of=lambda k, x: x.clone().requires_grad_(k == 5))
         assert hdp._loss_stays_in is True and hdp.backups == 0 and hdp.last_device_seconds[1] >= 0.5
     finally:
         hdp.close()
@@ -291,10 +289,7 @@ def test_the_loss_is_checked_again_for_a_new_loss_or_an_unfrozen_parameter():
     xs, ys = _data(steps=4, batch=40)
     hdp = _hdp()
     master_weight = hdp.module.net[0].weight
-
-    def regularised(out, y):
-        return F.cross_entropy(out, y) + 1e-3 * master_weight.to(out.device).square().sum()
-
+    regularised = _regularised_by(master_weight)
     try:
         hdp.train_step(xs[0], ys[0], F.cross_entropy)
         assert hdp._loss_stays_in is True
@@ -350,7 +345,6 @@ def test_a_checkpoint_loaded_while_a_shard_is_abandoned_waits_for_it():
                 hdp.load_state_dict(hdp.state_dict())
                 assert not hdp._late
         assert hdp.last_shards == [20, 20]
-        for got, want in zip((p.detach().cpu() for p in hdp.module.parameters()), expected):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        _assert_equals_the_big_batch(hdp, expected)
     finally:
         hdp.close()

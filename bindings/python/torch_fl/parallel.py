@@ -1010,8 +1010,7 @@ class HeteroDataParallel:
                     self._side_pulls_ready = False  # the snapshot is this step's only
                 results.update({i: f.result() for i, f in futures.items()})
                 for i in futures:
-                    self._shard_seconds.setdefault(
-                        (i, sizes[i]), collections.deque(maxlen=self.LATE_HISTORY)).append(results[i][1])
+                    self._note_shard_seconds(i, sizes[i], results[i][1])
                 joined = time.perf_counter()
                 self._reduce_gradients([i for i in active if i not in late])
                 if self._master_index not in active:
@@ -1088,22 +1087,23 @@ class HeteroDataParallel:
         host shared by both devices it slows the replica it stands in for (two CPU-plugin
         devices on 2 cores backed up 1 step in 4 and ran 10% slower with a per-row estimate)."""
         late = set()
-        if not self.backup_late_shards:
+        if not (self.backup_late_shards and self._loss_stays_in):
             return late
         calibrated = self.balancer.calibrated
+
+        def modelled(device: int, rows: int) -> float:  # the calibrated model's pass of `rows` on `device`
+            return self.balancer.predicted_seconds([rows if k == device else 0 for k in range(len(sizes))])
+
         for i, future in futures.items():
-            if not self._loss_stays_in:
-                continue
             history = self._shard_seconds.get((i, sizes[i]))
             if history is not None and len(history) >= 3:
                 usual = statistics.median(history)
             elif calibrated:
-                usual = self.balancer.predicted_seconds([sizes[i] if k == i else 0 for k in range(len(sizes))])
+                usual = modelled(i, sizes[i])
             else:
                 continue
             if calibrated:  # a pass of the shard on the master, fixed cost included
-                master_seconds = self.balancer.predicted_seconds(
-                    [sizes[i] if k == self._master_index else 0 for k in range(len(sizes))])
+                master_seconds = modelled(self._master_index, sizes[i])
             elif len(self._master_shard_seconds) >= 3:  # at most its own shard's time, if no larger
                 master_seconds = statistics.median(self._master_shard_seconds) * max(
                     1.0, sizes[i] / sizes[self._master_index])
@@ -1135,8 +1135,11 @@ class HeteroDataParallel:
             elif future.result()[1] is not None:
                 # Its time counts towards the replica's usual one: a replica that is slow every
                 # step, not stalled once, stops being backed up.
-                self._shard_seconds.setdefault((i, size), collections.deque(maxlen=self.LATE_HISTORY)).append(
-                    future.result()[1])
+                self._note_shard_seconds(i, size, future.result()[1])
+
+    def _note_shard_seconds(self, index: int, size: int, seconds: float) -> None:
+        """Keeps replica `index`'s time for a shard of `size` rows (its last LATE_HISTORY)."""
+        self._shard_seconds.setdefault((index, size), collections.deque(maxlen=self.LATE_HISTORY)).append(seconds)
 
     def _drain_late(self, replicas: Iterable[int] | None = None) -> None:
         """Waits for the abandoned shards of `replicas` (all by default) to end, then reaps

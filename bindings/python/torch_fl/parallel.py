@@ -414,6 +414,24 @@ def _plugin_of(device: torch.device) -> str | None:
     return torch.fl.get_device_properties(device)["plugin"] if device.type == "fl" else None
 
 
+@contextlib.contextmanager
+def _buffers_kept(module: nn.Module):
+    """Puts the module's buffers (BatchNorm's running statistics and batch count) back as they
+    were before the block, after a forward in it updated them: the master's backup of a late
+    shard then leaves them as its own shard made them, as every other step does. The copies
+    are queued on each buffer's device in stream order; a buffer the forward replaced by one
+    of the same name receives the old value."""
+    with torch.no_grad():
+        kept = {name: b.clone() for name, b in module.named_buffers()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, b in module.named_buffers():
+                if name in kept:
+                    b.copy_(kept[name])
+
+
 def _call(module: nn.Module, inputs: Any) -> Any:
     """The module on a shard of the inputs: a plain tuple is its positional arguments, a dict
     its keyword arguments, anything else (a tensor, a list, a namedtuple) one argument."""
@@ -478,8 +496,8 @@ class HeteroDataParallel:
             master (the check's time is left out of the balancer's records).
         backup_late_shards: when a replica's shard is still running LATE_FACTOR times its
             usual time (the median of its last steps at that shard size, or until there are 3
-            the calibrated model's time) after the step began,
-            plus LATE_MARGIN, and the master's own shard is done, the master computes that shard
+            the calibrated model's time; never its first shard of a size, a warm-up as above)
+            after the step began, plus LATE_MARGIN, and the master's own shard is done, the master computes that shard
             itself (with its weight, so the step still equals the big batch's) and the step
             goes on; the replica's result is dropped, and its device sits the next steps out
             until it is done. On the H200 the CPU device's shard (7 ms beside the GPU's 10)
@@ -492,8 +510,9 @@ class HeteroDataParallel:
             tensor that requires grad: its abandoned backward would still add into them; this is
             checked again for each new loss_fn and after requires_grad flags change, so a loss
             whose reach changes otherwise, with the step or the data, needs
-            backup_late_shards=False). A batch-norm master updates its running statistics twice
-            in a backed-up step, and an abandoned backward still runs the replica's hooks.
+            backup_late_shards=False). The master's buffers (BatchNorm statistics) keep what
+            its own shard made of them, as in any other step; an abandoned backward still runs
+            the replica's hooks.
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
             plugin) computes on its shard of a host batch in place instead of a copy of it —
             as nn.DataParallel leaves the shard that is already on its device. A model or loss
@@ -999,7 +1018,8 @@ class HeteroDataParallel:
                         for i in late:  # the master computes it in the late replica's place
                             abandoned[i].set()
                             self._late[i] = (futures.pop(i), sizes[i])
-                            results[i] = (self._queue_shard(timed, *parts[i], loss_fn, weights[i]), None)
+                            with _buffers_kept(self.module):
+                                results[i] = (self._queue_shard(timed, *parts[i], loss_fn, weights[i]), None)
                             self.backups += 1
                 finally:
                     # Every shard ends (also when one raised) before the snapshot is dropped and
@@ -1077,10 +1097,13 @@ class HeteroDataParallel:
         """The replicas whose shard is late (backup_late_shards): still running LATE_FACTOR x
         the median of their last shard times at that size, plus LATE_MARGIN, after `start`,
         and once the master's shard (`master_done`, its end event) is done too; a step cannot
-        end before the master's shard, so waiting that long costs nothing. Until a replica
-        has 3 such times, its usual time is the calibrated model's (a split's first steps: on
-        the H200 a stall in the first step of a split, 88 ms against 11, kept the split out for
-        the rest of the run); without either it is waited for. So is one whose shard would take
+        end before the master's shard, so waiting that long costs nothing. A replica's first
+        shard of a size is waited for: it touches fresh memory (on the H200 the CPU device's
+        first shard of the run took 28-75 ms against 7, with 133k page faults, and its first
+        at a new size 18-21 ms; backed up, all 19 backups of 16 runs were these). From its
+        second until it has 3 times, its usual time is the calibrated model's (a split's first
+        steps: on the H200 a stall in the first steps of a split, 41-88 ms against 11, kept the
+        split out for the rest of the run); without either it is waited for. So is one whose shard would take
         the master half the replica's usual time or more: by the calibrated model (a pass of
         that many rows, fixed cost included), or uncalibrated (a fixed split) by the master's
         own shard time, scaled up for a larger shard. There a backup saves little, and on a
@@ -1096,7 +1119,9 @@ class HeteroDataParallel:
 
         for i, future in futures.items():
             history = self._shard_seconds.get((i, sizes[i]))
-            if history is not None and len(history) >= 3:
+            if history is None:  # its first shard of this size pays first-touch costs: waited for
+                continue
+            if len(history) >= 3:
                 usual = statistics.median(history)
             elif calibrated:
                 usual = modelled(i, sizes[i])

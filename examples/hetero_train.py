@@ -185,6 +185,9 @@ def main() -> None:
     p.add_argument("--split", nargs="+", type=float, default=None,
                    help="a fixed split instead of the balancer: one proportion per device (the device with "
                         "the largest reduces); to measure what a split gives, against what the balancer chooses")
+    p.add_argument("--no-backup", action="store_true",
+                   help="HeteroDataParallel(backup_late_shards=False): a step waits for a late shard instead of "
+                        "the master computing it (to measure what the backups give)")
     args = p.parse_args()
 
     for d in args.devices:
@@ -223,7 +226,7 @@ def main() -> None:
     hdp = HeteroDataParallel(make_model(), args.devices, lambda params: torch.optim.Adam(params, lr=args.lr),
                              rebalance_every=args.rebalance_every, granularity=args.granularity or None,
                              ema=args.ema, split=args.split, reduce_device=reduce_device,
-                             tail_window=args.tail_window)
+                             tail_window=args.tail_window, backup_late_shards=not args.no_backup)
     if args.split is not None:
         print(f"fixed split {args.split} (no balancer), gradients reduced on {hdp.reduce_device}")
     steps: list[dict] = []  # --history: every step of the pair
@@ -312,7 +315,8 @@ def main() -> None:
           + ", ".join(f"{names(k)} {v * 1e6:.2f}" for k, v in records))
     print("balancer:", {k: v for k, v in hdp.balancer.state_dict().items()
                         if k in ("overhead", "per_sample", "transfer", "slowdown", "measured")})
-    print(f"backups: {hdp.backups} shards computed by the master in a late device's place")
+    print(f"backups: {hdp.backups} shards computed by the master in a late device's place"
+          if hdp.backup_late_shards else "backups: off (--no-backup)")
     gc.callbacks.remove(on_collection)
     print(f"full garbage collections: {len(full_collections)}, "
           f"{' '.join(f'{ms:.1f}' for _, ms in full_collections) or 'none'} ms, during the pair's steps: "

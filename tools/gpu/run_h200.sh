@@ -37,7 +37,8 @@
 #                 on pinned rows at batch 65536 (1,048,576 rows, 12 epochs), FL_CPU_THREADS=12
 #                 unless set; FL_HETERO_TARGET_RUNS runs (default 1); FL_HETERO_TARGET_BATCH,
 #                 _SAMPLES and _EPOCHS change the batch, the rows and the epochs; FL_HETERO_TARGET_ARGS
-#                 adds arguments (e.g. "--granularity 1024", "--ema 0.1"); each run's steps and balancer
+#                 adds arguments (e.g. "--granularity 1024", "--ema 0.1"), FL_HETERO_TARGET_EVEN_ARGS more
+#                 to the even runs only (e.g. "--no-backup": an A/B on one machine); each run's steps and balancer
 #                 records go to $OUT/hetero_target_run<k>.json (the example's --history)
 #   shard_scaling bench/shard_scaling.py: forward/backward time per shard size, CPU and CUDA plugins
 #   cpu_plugin    the CPU plugin on this host alone: its OpenBLAS line, bench/compare.py against torch's
@@ -320,13 +321,17 @@ step_hetero_target() {
   local epochs="${FL_HETERO_TARGET_EPOCHS:-12}"
   cpu="$(first_device_of cpu)" cuda="$(first_device_of cuda)"
   cpu_plugin_blas
+  local extra
   for ((k = 1; k <= ${FL_HETERO_TARGET_RUNS:-1}; k++)); do
+    # FL_HETERO_TARGET_EVEN_ARGS: arguments the even runs add (an A/B within one machine's call)
+    extra="${FL_HETERO_TARGET_ARGS:-}"
+    ((k % 2 == 0)) && extra="$extra ${FL_HETERO_TARGET_EVEN_ARGS:-}"
     echo "== run $k: FL_CPU_THREADS=${FL_CPU_THREADS:-12} examples/hetero_train.py --devices $cpu $cuda --model wide" \
-         "--batch-size $batch --samples $samples --epochs $epochs --pin ${FL_HETERO_TARGET_ARGS:-}"
-    # shellcheck disable=SC2086 # FL_HETERO_TARGET_ARGS is a list of arguments
+         "--batch-size $batch --samples $samples --epochs $epochs --pin $extra"
+    # shellcheck disable=SC2086 # $extra is a list of arguments
     FL_CPU_THREADS="${FL_CPU_THREADS:-12}" timeout 240 "$PY" examples/hetero_train.py --devices "$cpu" "$cuda" \
       --model wide --batch-size "$batch" --samples "$samples" --epochs "$epochs" --pin \
-      --history "$OUT/hetero_target_run$k.json" ${FL_HETERO_TARGET_ARGS:-} || rc=1
+      --history "$OUT/hetero_target_run$k.json" $extra || rc=1
   done
   return $rc
 }

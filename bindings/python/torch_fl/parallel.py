@@ -1100,7 +1100,7 @@ class HeteroDataParallel:
         end before the master's shard, so waiting that long costs nothing. A replica's first
         shard of a size is waited for: it touches fresh memory (on the H200 the CPU device's
         first shard of the run took 28-75 ms against 7, with 133k page faults, and its first
-        at a new size 18-21 ms; backed up, all 19 backups of 16 runs were these). From its
+        at a new size 18-21 ms: 15 of the 16 backups in 13 runs were these). From its
         second until it has 3 times, its usual time is the calibrated model's (a split's first
         steps: on the H200 a stall in the first steps of a split, 41-88 ms against 11, kept the
         split out for the rest of the run); without either it is waited for. So is one whose shard would take

@@ -414,22 +414,36 @@ def _plugin_of(device: torch.device) -> str | None:
     return torch.fl.get_device_properties(device)["plugin"] if device.type == "fl" else None
 
 
-@contextlib.contextmanager
-def _buffers_kept(module: nn.Module):
-    """Puts the module's buffers (BatchNorm's running statistics and batch count) back as they
-    were before the block, after a forward in it updated them: the master's backup of a late
-    shard then leaves them as its own shard made them, as every other step does. The copies
-    are queued on each buffer's device in stream order; a buffer the forward replaced by one
-    of the same name receives the old value."""
+def _buffer_values(module: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of the module's buffers by name (queued on each buffer's device; none for a
+    module without buffers)."""
     with torch.no_grad():
-        kept = {name: b.clone() for name, b in module.named_buffers()}
+        return {name: b.clone() for name, b in module.named_buffers()}
+
+
+def _load_buffer_values(module: nn.Module, values: dict[str, torch.Tensor]) -> None:
+    """Writes `values` (from _buffer_values) into the module's buffers of those names (in place,
+    so into a buffer a forward replaced by one of the same name too)."""
+    with torch.no_grad():
+        for name, b in module.named_buffers():
+            if name in values:
+                b.copy_(values[name])
+
+
+@contextlib.contextmanager
+def _buffers_as(module: nn.Module, before: dict[str, torch.Tensor]):
+    """Runs the block on the module's buffers as they were before the step (`before`,
+    what a replica's forward reads: the master's, pulled), then puts back what the master's
+    own shard made of them: the master's backup of a late shard then computes what the
+    replica would have (a forward that reads its buffers, spectral_norm's power iteration,
+    differs otherwise), and leaves BatchNorm's running statistics and batch count as every
+    other step does (counted once). The copies are queued in stream order."""
+    kept = _buffer_values(module)
+    _load_buffer_values(module, before)
     try:
         yield
     finally:
-        with torch.no_grad():
-            for name, b in module.named_buffers():
-                if name in kept:
-                    b.copy_(kept[name])
+        _load_buffer_values(module, kept)
 
 
 def _call(module: nn.Module, inputs: Any) -> Any:
@@ -496,7 +510,7 @@ class HeteroDataParallel:
             master (the check's time is left out of the balancer's records).
         backup_late_shards: when a replica's shard is still running LATE_FACTOR times its
             usual time (the median of its last steps at that shard size, or until there are 3
-            the calibrated model's time; never its first shard of a size, a warm-up as above)
+            the calibrated model's time; never its first shard of a size, which touches fresh memory)
             after the step began, plus LATE_MARGIN, and the master's own shard is done, the master computes that shard
             itself (with its weight, so the step still equals the big batch's) and the step
             goes on; the replica's result is dropped, and its device sits the next steps out
@@ -510,9 +524,11 @@ class HeteroDataParallel:
             tensor that requires grad: its abandoned backward would still add into them; this is
             checked again for each new loss_fn and after requires_grad flags change, so a loss
             whose reach changes otherwise, with the step or the data, needs
-            backup_late_shards=False). The master's buffers (BatchNorm statistics) keep what
-            its own shard made of them, as in any other step; an abandoned backward still runs
-            the replica's hooks.
+            backup_late_shards=False). The backup reads the master's buffers as they were
+            before the step, as the replica did, and leaves them as the master's own shard made
+            them (BatchNorm statistics counted once, as in any other step); for that, a split
+            step of a model with buffers clones them before the master's shard. An abandoned
+            backward still runs the replica's hooks.
         host_zero_copy: a device whose plugin takes host memory as device memory (the CPU
             plugin) computes on its shard of a host batch in place instead of a copy of it —
             as nn.DataParallel leaves the shard that is already on its device. A model or loss
@@ -1012,13 +1028,17 @@ class HeteroDataParallel:
                                                            ship_on if self.replicas[i] is not self.module else None,
                                                            abandoned[i])
                     if timed is not None:
+                        # What the master's buffers were before its shard, for a backup to read
+                        # as the replica did (clones only of a model with buffers).
+                        buffers_before = (_buffer_values(self.module)
+                                          if self.backup_late_shards and self._loss_stays_in is not False else {})
                         results[timed] = self._queue_timed_shard(timed, *parts[timed], loss_fn, weights[timed])
                         if not any(t.requires_grad for t in _tensor_leaves((inputs, targets))):
                             late = self._late_shards(futures, sizes, start, results[timed][1][1])
                         for i in late:  # the master computes it in the late replica's place
                             abandoned[i].set()
                             self._late[i] = (futures.pop(i), sizes[i])
-                            with _buffers_kept(self.module):
+                            with _buffers_as(self.module, buffers_before):
                                 results[i] = (self._queue_shard(timed, *parts[i], loss_fn, weights[i]), None)
                             self.backups += 1
                 finally:

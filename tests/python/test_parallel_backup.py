@@ -81,7 +81,7 @@ def _big_batch_run(xs, ys, model_type: type[nn.Module] = StallingMLP) -> list[to
 
 def _hdp(model: type[nn.Module] = StallingMLP, **kwargs) -> HeteroDataParallel:
     hdp = HeteroDataParallel(model(torch.float64), ["fl:0", "fl:1"], _optimizer, split=[1, 1],
-                             debug=True, **kwargs)
+                             **{"debug": True, **kwargs})
     # Only the stall below is late on a loaded machine: a shard is late 0.2 s past its usual time.
     hdp.LATE_MARGIN = 0.2
     # The model says the master computes a replica's shard in 20 µs: worth a backup (with its
@@ -174,14 +174,20 @@ def test_a_backup_leaves_the_masters_batchnorm_statistics_as_its_own_shard_made_
         hdp.close()
 
 
-def test_a_backup_reads_the_buffers_the_replica_read():
+@pytest.mark.parametrize("pulls_in_its_thread", [False, True])
+def test_a_backup_reads_the_buffers_the_replica_read(pulls_in_its_thread):
     """spectral_norm's forward reads its power-iteration vectors and updates them: the
     master's backup of the late shard reads them as they were before the step (as the
     replica did), not as the master's own shard left them, so the step still equals the big
-    batch's (before: 9.5e-7 off in float64)."""
+    batch's (before: 9.5e-7 off in float64). Whether the replica received the master's state
+    after the last step, or pulls it in its own thread (a replica of another plugin: the
+    step's side-pull snapshot of the buffers is what the backup reads then)."""
     xs, ys = _data(steps=6, batch=40)
     expected = _big_batch_run(xs, ys, StallingSpectralNormMLP)
-    hdp = _hdp(StallingSpectralNormMLP)
+    # debug=True would broadcast to the replica before each step, so that it pulls nothing.
+    hdp = _hdp(StallingSpectralNormMLP, debug=not pulls_in_its_thread)
+    if pulls_in_its_thread:
+        hdp._push_after_step = ()
     try:
         _train_stalling_the_last_step(hdp, xs, ys, seconds=1.0)
         assert hdp.backups == 1

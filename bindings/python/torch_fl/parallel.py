@@ -738,6 +738,14 @@ class HeteroDataParallel:
         self._weights_ready.record(torch.fl.current_stream(self.reduce_device.index))
         self._side_pulls_ready = True
 
+    def _buffers_before_shard(self) -> dict[str, torch.Tensor]:
+        """The master's buffers by name as they are before its shard queues (what a replica's
+        forward reads, for a backup to read the same): this step's side-pull snapshot when
+        one was taken (_prepare_side_pulls), else clones (none for a model without buffers)."""
+        if self._side_pulls_ready:
+            return {name: b for (name, _), b in zip(self.module.named_buffers(), self._buffer_snapshot)}
+        return _buffer_values(self.module)
+
     def _copy_from_master(self, index: int, side_stream: bool = False) -> None:
         """Copies the master's state into replica `index`; with `side_stream`, on that
         replica's side stream of the master device, ordered after the last optimizer step."""
@@ -1028,9 +1036,7 @@ class HeteroDataParallel:
                                                            ship_on if self.replicas[i] is not self.module else None,
                                                            abandoned[i])
                     if timed is not None:
-                        # What the master's buffers were before its shard, for a backup to read
-                        # as the replica did (clones only of a model with buffers).
-                        buffers_before = (_buffer_values(self.module)
+                        buffers_before = (self._buffers_before_shard()
                                           if self.backup_late_shards and self._loss_stays_in is not False else {})
                         results[timed] = self._queue_timed_shard(timed, *parts[timed], loss_fn, weights[timed])
                         if not any(t.requires_grad for t in _tensor_leaves((inputs, targets))):

@@ -290,7 +290,13 @@ OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRe
         info.meta_unavailable = true;
         return nullptr;
       }
-      throw;  // a real error in the user's call (shapes, dtypes): report it as ATen would
+      // An error in the user's call (shapes, dtypes), or one of the Meta kernel alone: some
+      // are Python decompositions that fail where the backends' kernels do not
+      // (mse_loss_backward of an empty input divides by its numel). Not served natively: the
+      // lower tiers run ATen's own kernel, which raises the real error as ATen would.
+      return nullptr;
+    } catch (const std::exception&) {  // a Python Meta kernel's exception (torch's python_error)
+      return nullptr;
     }
     std::vector<TensorMeta> outs;
     for (const auto& r : stack) {

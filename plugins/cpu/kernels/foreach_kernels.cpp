@@ -2,7 +2,9 @@
 // ATen's CPU backend runs them: for each list index, this plugin's single-tensor kernel
 // (add.out, mul.out, lerp.Scalar_out, addcdiv.out, ...) on that index's tensors, enqueued in
 // order on the call's stream. Dtypes, strides, broadcasting of wrapped scalars and in-place
-// aliasing are therefore those of the single-tensor kernels.
+// aliasing are therefore those of the single-tensor kernels. _foreach_norm runs
+// linalg_vector_norm.out over each index's whole tensor, as ATen's CPU backend does
+// (foreach_tensor_norm_slow): clip_grad_norm_'s per-parameter norms.
 //
 // Everything that could make a single kernel decline (lengths, undefined or host tensors,
 // dtypes, sizes) is checked before the first index is enqueued, so a declined call has done
@@ -10,7 +12,9 @@
 // FL_ERR_DEVICE, never as "not supported": an in-place op must not be run twice.
 #include "kernel_table.hpp"
 #include "scalar_types.hpp"
+#include "tensor_desc.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -215,6 +219,69 @@ void run_foreach(const fl_kernel_call* call, const ForeachOp& op, const fl_kerne
   }
 }
 
+fl_value none_value() { return fl_value{}; }
+
+fl_value bool_value(bool b) {
+  fl_value v{};
+  v.kind = FL_VALUE_BOOL;
+  v.u.b = b ? 1 : 0;
+  return v;
+}
+
+// _foreach_norm.Scalar_out(Tensor[] self, Scalar ord=2, ScalarType? dtype=None, *,
+// Tensor(a!)[] out): out[i] (0-dim) = linalg_vector_norm(self[i], ord) in out[i]'s dtype.
+void run_foreach_norm(const fl_kernel_call* call, const fl_kernel_entry& single) {
+  const char* name = "aten::_foreach_norm.Scalar_out";
+  Args args(call);
+  const int64_t n = call->num_outputs;
+  const fl_value& self = args.at(0);
+  if (self.kind != FL_VALUE_TENSOR_LIST || self.u.tensors.len != n)
+    plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": the tensor list is missing or of another length "
+                                                               "than the output list");
+  const fl_value ord = args.is_none(1) ? double_value(2.0) : args.at(1);
+  const double order = args.is_none(1) ? 2.0 : args.number(1);
+  // Checked before anything is enqueued: what linalg_vector_norm.out could decline or refuse.
+  for (int64_t i = 0; i < n; ++i) {
+    const fl_tensor& t = self.u.tensors.data[i];
+    const fl_tensor& out = call->outputs[i];
+    const std::string at = " at index " + std::to_string(i);
+    if (t.ndim < 0 || t.device == FL_DEVICE_HOST || out.ndim < 0)
+      plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": undefined or host tensor" + at);
+    if (!(single.dtype_mask & FL_DTYPE_BIT(t.dtype)))
+      plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": dtype " + plugin::dtype_name(t.dtype) + at);
+    if (out.dtype != t.dtype && out.dtype != FL_DTYPE_FLOAT64)
+      plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": output dtype " + plugin::dtype_name(out.dtype) + at);
+    if (t.ndim > kMaxDims)
+      plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": " + std::to_string(t.ndim) + " dims" + at);
+    if (plugin::numel(out) != 1)
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output" + at + " is not one element");
+    if (plugin::numel(t) == 0 && (order < 0 || (std::isinf(order) && order > 0)))
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": the norm of order " + std::to_string(order) +
+                                                 " of the empty tensor" + at + " has no identity");
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    fl_value inputs[] = {tensor_value(&self.u.tensors.data[i]), ord, none_value(), bool_value(false), none_value()};
+    fl_kernel_call one = plugin::copy_call(call);
+    one.inputs = inputs;
+    one.num_inputs = 5;
+    one.outputs = &call->outputs[i];
+    one.num_outputs = 1;
+    one.kernel_data = single.kernel_data;
+    const fl_status_t status = single.fn(&one);
+    if (status != FL_OK)
+      plugin::raise(FL_ERR_DEVICE, std::string(name) + ": index " + std::to_string(i) + " of " + std::to_string(n) +
+                                       " failed after earlier indices ran (status " + std::to_string(status) +
+                                       "): " + plugin::last_error());
+  }
+}
+
+fl_status_t foreach_norm_entry(const fl_kernel_call* call) {
+  return plugin::guard([&] {
+    static const fl_kernel_entry& single = single_entry("aten::linalg_vector_norm.out", "aten::_foreach_norm");
+    run_foreach_norm(call, single);
+  });
+}
+
 template <int Index>
 fl_status_t foreach_entry(const fl_kernel_call* call) {
   return plugin::guard([&] {
@@ -236,6 +303,9 @@ void register_all(KernelRegistry& r, std::integer_sequence<int, I...>) {
 
 void register_foreach_kernels(KernelRegistry& registry) {
   register_all(registry, std::make_integer_sequence<int, static_cast<int>(sizeof(kOps) / sizeof(kOps[0]))>{});
+  // The outputs are new 0-dim tensors: no aliasing.
+  registry.add("aten::_foreach_norm.Scalar_out", kFloatingMask, FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_DETERMINISTIC,
+               &foreach_norm_entry);
 }
 
 }  // namespace fl::cpu::kernels

@@ -1,5 +1,5 @@
 // pointwise_extra_kernels.cpp — ternary, masked, fill and copy entries on the elementwise
-// engine: lerp, addcmul, addcdiv, where, clamp, masked_fill, fill, zero, copy and
+// engine: lerp, addcmul, addcdiv, where, clamp, masked_fill, fill, zero, copy, cat and
 // native_dropout_backward.
 #include "kernel_table.hpp"
 #include "pointwise_common.hpp"
@@ -7,6 +7,8 @@
 
 #include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace fl::cpu::kernels {
 namespace {
@@ -190,6 +192,49 @@ void native_dropout_backward_out(const fl_kernel_call* call) {
                       &select_kernel<fn::ScaledMask, 2, kFloatingMask>, {param_of(args.number(2))});
 }
 
+// cat.out(Tensor[] tensors, int dim=0, *, out): each input copied (converted to out's dtype,
+// which ATen computes as the inputs' result type) into its slice of out along `dim`. A 1-D
+// input of 0 elements is skipped, as in ATen (the legacy empty tensor).
+void cat_out(const fl_kernel_call* call) {
+  const char* op = "aten::cat.out";
+  Args args(call);
+  const fl_value& list = args.at(0);
+  if (list.kind != FL_VALUE_TENSOR_LIST) invalid(op, "tensors is not a tensor list");
+  TensorDesc out = describe(args.output(0), op);
+  std::vector<TensorDesc> parts;
+  for (int64_t i = 0; i < list.u.tensors.len; ++i) {
+    TensorDesc t = describe(list.u.tensors.data[i], op);
+    if (t.ndim == 1 && t.shape[0] == 0) continue;
+    if (t.ndim == 0) invalid(op, "zero-dimensional tensor (at position " + std::to_string(i) + ") cannot be concatenated");
+    if (t.dtype >= FL_DTYPE_COMPLEX64) unsupported(op, "complex");
+    parts.push_back(t);
+  }
+  if (parts.empty()) return;  // out is the legacy empty tensor too
+  const int64_t dim = wrap_dim(args.integer(1), parts.front().ndim, op);
+  if (out.ndim != parts.front().ndim) invalid(op, "output " + shape_string(out) + " has another number of dims");
+  int64_t offset = 0;
+  for (const TensorDesc& t : parts) {
+    if (t.ndim != out.ndim) invalid(op, "tensors must have the same number of dimensions");
+    for (int d = 0; d < t.ndim; ++d)
+      if (d != dim && t.shape[d] != out.shape[d])
+        invalid(op, "sizes of tensors must match except in dimension " + std::to_string(dim) + ": " +
+                        shape_string(t) + " against " + shape_string(out));
+    offset += t.shape[dim];
+  }
+  if (offset != out.shape[dim])
+    invalid(op, "output " + shape_string(out) + " does not hold " + std::to_string(offset) + " along dim " +
+                    std::to_string(dim));
+  const int64_t elem = static_cast<int64_t>(plugin::dtype_size(out.dtype));
+  offset = 0;
+  for (const TensorDesc& t : parts) {
+    TensorDesc slice = out;
+    slice.data += offset * out.strides[dim] * elem;
+    slice.shape[dim] = t.shape[dim];
+    offset += t.shape[dim];
+    if (slice.numel() > 0) launch_pointwise_as(call, op, slice, out.dtype, {&t}, &select_raw_copy);
+  }
+}
+
 }  // namespace
 
 void register_pointwise_extra_kernels(KernelRegistry& r) {
@@ -207,6 +252,9 @@ void register_pointwise_extra_kernels(KernelRegistry& r) {
   r.add("aten::fill.Tensor_out", kAllMask, f, guarded<fill_tensor_out>);
   r.add("aten::zero.out", kAllMask, f, guarded<zero_out>);
   r.add("aten::copy.out", kAllMask, f, guarded<copy_out>);
+  // Strided inputs and output (slices of out are strided anyway); out never aliases an input.
+  r.add("aten::cat.out", kAllMask, FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | FL_KERNEL_DETERMINISTIC,
+        guarded<cat_out>);
   r.add("aten::native_dropout_backward.out", kFloatingMask, f, guarded<native_dropout_backward_out>);
 }
 

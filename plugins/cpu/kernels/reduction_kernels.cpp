@@ -1,5 +1,5 @@
-// reduction_kernels.cpp — sum, mean, amax, amin, argmax, argmin, max.dim, min.dim.
-// Any input strides. Accumulation is in double (floating outputs) or int64 (integral), row by
+// reduction_kernels.cpp — sum, mean, amax, amin, argmax, argmin, max.dim, min.dim and
+// linalg_vector_norm. Any input strides. Accumulation is in double (floating outputs) or int64 (integral), row by
 // row over the input's innermost dimension; results are converted to the output dtype.
 // sum/mean of float32 therefore round once at the end (more exact than ATen's cascade sum,
 // so results can differ from ATen in the last bits).
@@ -9,6 +9,7 @@
 #include "pointwise_common.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <vector>
@@ -361,6 +362,103 @@ void dim_body(const fl_kernel_call* call, const char* op) {
 void max_dim_max(const fl_kernel_call* call) { dim_body<true>(call, "aten::max.dim_max"); }
 void min_dim_min(const fl_kernel_call* call) { dim_body<false>(call, "aten::min.dim_min"); }
 
+// ---- vector norms ----------------------------------------------------------------------
+
+// linalg_vector_norm's orders, as ATen computes them: 0 counts the non-zero elements (NaN
+// included), 1 sums |x|, 2 is sqrt(sum x^2), inf/-inf the max/min of |x|, any other p
+// (sum |x|^p)^(1/p). NaN propagates.
+enum class NormKind { kZero, kOne, kTwo, kInf, kNegInf, kPower };
+
+NormKind norm_kind(double ord) {
+  if (ord == 0.0) return NormKind::kZero;
+  if (ord == 1.0) return NormKind::kOne;
+  if (ord == 2.0) return NormKind::kTwo;
+  if (std::isinf(ord)) return ord > 0 ? NormKind::kInf : NormKind::kNegInf;
+  return NormKind::kPower;
+}
+
+template <NormKind K>
+inline double norm_term(double magnitude, double p) {
+  if constexpr (K == NormKind::kZero) return magnitude != 0.0 ? 1.0 : 0.0;
+  else if constexpr (K == NormKind::kTwo) return magnitude * magnitude;
+  else if constexpr (K == NormKind::kPower) return std::pow(magnitude, p);
+  else return magnitude;
+}
+
+template <NormKind K>
+inline double norm_combine(double acc, double term) {
+  if constexpr (K == NormKind::kInf || K == NormKind::kNegInf) {
+    if (std::isnan(acc) || std::isnan(term)) return std::isnan(acc) ? acc : term;
+    return K == NormKind::kInf ? (term > acc ? term : acc) : (term < acc ? term : acc);
+  } else {
+    return acc + term;
+  }
+}
+
+// Accumulates in double per output (in row order, as reduce_into), then maps the sums and
+// stores them in the output's dtype.
+template <class T, NormKind K>
+void vector_norm(const ReducePlan& p, double ord, char* dst, ConvertFn store) {
+  const double identity = K == NormKind::kNegInf ? std::numeric_limits<double>::infinity() : 0.0;
+  std::vector<double> acc(static_cast<size_t>(p.out_numel), identity);
+  for_each_row_split<T>(p, [&](const T* ptr, int64_t stride, int64_t n, int64_t out_index, int64_t out_step,
+                               int64_t, int64_t) {
+    if (out_step == 0) {
+      double a = identity;
+      for (int64_t i = 0; i < n; ++i) a = norm_combine<K>(a, norm_term<K>(std::abs(convert<double>(ptr[i * stride])), ord));
+      acc[static_cast<size_t>(out_index)] = norm_combine<K>(acc[static_cast<size_t>(out_index)], a);
+    } else {
+      double* out = acc.data() + out_index;
+      for (int64_t i = 0; i < n; ++i)
+        out[i * out_step] = norm_combine<K>(out[i * out_step], norm_term<K>(std::abs(convert<double>(ptr[i * stride])), ord));
+    }
+  });
+  if constexpr (K == NormKind::kTwo) {
+    for (double& v : acc) v = std::sqrt(v);
+  } else if constexpr (K == NormKind::kPower) {
+    for (double& v : acc) v = std::pow(v, 1.0 / ord);
+  }
+  store(reinterpret_cast<const char*>(acc.data()), sizeof(double), dst, p.out_numel);
+}
+
+// linalg_vector_norm.out(self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
+//                        ScalarType? dtype=None): floating input; the output has the input's
+// dtype, or float64 (dtype=torch.float64: ATen converts the input first, which for a
+// narrower input is what accumulating in double computes). Other dtype pairs are declined.
+void linalg_vector_norm_out(const fl_kernel_call* call) {
+  const char* op = "aten::linalg_vector_norm.out";
+  Args args(call);
+  const TensorDesc in = describe(args.tensor(0), op);
+  const TensorDesc out = describe(args.output(0), op);
+  const double ord = args.is_none(1) ? 2.0 : args.number(1);
+  ReducePlan plan = plan_reduce(op, in, optional_dims(args, 2));
+  check_output_numel(op, out, plan.out_numel);
+  if (!is_floating(in.dtype)) unsupported(op, std::string("input dtype ") + plugin::dtype_name(in.dtype));
+  if (out.dtype != in.dtype && out.dtype != FL_DTYPE_FLOAT64)
+    unsupported(op, std::string("output dtype ") + plugin::dtype_name(out.dtype) + " for input " +
+                        plugin::dtype_name(in.dtype));
+  const NormKind kind = norm_kind(ord);
+  if (plan.reduce_numel == 0 && plan.out_numel > 0 && (ord < 0 || kind == NormKind::kInf))
+    invalid(op, "linalg.vector_norm cannot compute the " + std::string(kind == NormKind::kInf ? "inf" : std::to_string(ord)) +
+                    " norm on an empty tensor because the operation does not have an identity");
+  if (plan.out_numel == 0) return;
+  ConvertFn store = converter(FL_DTYPE_FLOAT64, out.dtype);
+  using Fn = void (*)(const ReducePlan&, double, char*, ConvertFn);
+  Fn fn = dispatch<kFloatingMask>(in.dtype, op, [kind](auto tag) -> Fn {
+    using T = typename decltype(tag)::type;
+    switch (kind) {
+      case NormKind::kZero: return &vector_norm<T, NormKind::kZero>;
+      case NormKind::kOne: return &vector_norm<T, NormKind::kOne>;
+      case NormKind::kTwo: return &vector_norm<T, NormKind::kTwo>;
+      case NormKind::kInf: return &vector_norm<T, NormKind::kInf>;
+      case NormKind::kNegInf: return &vector_norm<T, NormKind::kNegInf>;
+      default: return &vector_norm<T, NormKind::kPower>;
+    }
+  });
+  char* dst = out.data;
+  submit(call, [plan, ord, dst, store, fn] { fn(plan, ord, dst, store); });
+}
+
 }  // namespace
 
 void register_reduction_kernels(KernelRegistry& r) {
@@ -375,6 +473,7 @@ void register_reduction_kernels(KernelRegistry& r) {
   r.add("aten::argmin.out", kAllMask, f, guarded<argmin_out>);
   r.add("aten::max.dim_max", kAllMask, f, guarded<max_dim_max>);
   r.add("aten::min.dim_min", kAllMask, f, guarded<min_dim_min>);
+  r.add("aten::linalg_vector_norm.out", kFloatingMask, f | FL_KERNEL_DETERMINISTIC, guarded<linalg_vector_norm_out>);
 }
 
 }  // namespace fl::cpu::kernels

@@ -1,4 +1,5 @@
-// case_catalog_nn.cpp — cases for reductions, matrix products, softmax, nll_loss, convolution,
+// case_catalog_nn.cpp — cases for reductions (vector norms included), matrix products, softmax, nll_loss, mse_loss,
+// convolution,
 // max_pool2d, layer_norm and batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding
 // allocates them).
 #include "case_catalog.h"
@@ -6,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 
 namespace fl::check {
@@ -61,6 +63,40 @@ CatalogEntry dim_reduction(const std::string& op, bool has_dtype_arg, bool int_o
     add("dim [-1] of [3,7]", {3, 7}, {-1}, false, false);
     if (strided) add("dim [0] of transposed [5,6]", {5, 6}, {0}, false, true);
     add("dim [1] of zero-size [0,3]", {0, 3}, {1}, false, false);
+    return cases;
+  };
+  return e;
+}
+
+// linalg_vector_norm.out(self, Scalar ord, int[1]? dim, bool keepdim, ScalarType? dtype): each
+// order a plugin may implement natively (0, 1, 2, inf, -inf) and one general p.
+CatalogEntry vector_norm() {
+  CatalogEntry e;
+  e.tolerance_scale = 4;
+  e.build = [](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    auto add = [&](const std::string& label, Shape shape, double ord, std::optional<std::vector<int64_t>> dims,
+                   bool keepdim, bool transpose) {
+      KernelCase c;
+      c.label = label;
+      c.inputs.push_back(A::of(maybe_transposed(rnd(dtype, shape, "vector_norm" + label), transpose)));
+      c.inputs.push_back(A::real(ord));
+      c.inputs.push_back(dims ? A::int_list(*dims) : A::none());
+      c.inputs.push_back(A::boolean(keepdim));
+      c.inputs.push_back(A::none());
+      c.outputs.push_back({dtype, reduced_shape(shape, dims.value_or(std::vector<int64_t>{}), keepdim)});
+      cases.push_back(std::move(c));
+    };
+    add("ord 2, all of [4,5,6]", {4, 5, 6}, 2.0, std::nullopt, false, false);
+    add("ord 2, dim [1] of [4,5,6]", {4, 5, 6}, 2.0, std::vector<int64_t>{1}, false, false);
+    add("ord 1, dims [0,2] keepdim of [4,5,6]", {4, 5, 6}, 1.0, std::vector<int64_t>{0, 2}, true, false);
+    add("ord inf, dim [-1] of [3,7]", {3, 7}, INFINITY, std::vector<int64_t>{-1}, false, false);
+    add("ord -inf, dim [0] of [3,7]", {3, 7}, -INFINITY, std::vector<int64_t>{0}, false, false);
+    add("ord 0, all of [3,7]", {3, 7}, 0.0, std::nullopt, false, false);
+    add("ord 3, dim [1] of [3,7]", {3, 7}, 3.0, std::vector<int64_t>{1}, false, false);
+    if (strided) add("ord 2, dim [0] of transposed [5,6]", {5, 6}, 2.0, std::vector<int64_t>{0}, false, true);
+    add("ord 2, dim [1] of zero-size [0,3]", {0, 3}, 2.0, std::vector<int64_t>{1}, false, false);
     return cases;
   };
   return e;
@@ -220,6 +256,40 @@ CatalogEntry nll_loss(bool backward) {
         cases.push_back(std::move(c));
       }
     }
+    return cases;
+  };
+  return e;
+}
+
+// mse_loss.out(self, target, reduction) and mse_loss_backward.grad_input(grad_output, self,
+// target, reduction): each reduction (0 none, 1 mean, 2 sum), a zero-size batch with none.
+CatalogEntry mse_loss(bool backward) {
+  CatalogEntry e;
+  e.tolerance_scale = 4;
+  e.build = [=](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    auto add = [&](const std::string& label, Shape shape, int64_t reduction, bool transpose) {
+      KernelCase c;
+      c.label = label;
+      HostTensor self = maybe_transposed(rnd(dtype, shape, "mse" + label + "x"), transpose);
+      HostTensor target = rnd(dtype, shape, "mse" + label + "t");
+      Shape loss_shape = reduction == 0 ? shape : Shape{};
+      if (!backward) {
+        c.inputs = {A::of(self), A::of(target), A::integer(reduction)};
+        c.outputs = {{dtype, loss_shape}};
+      } else {
+        c.inputs = {A::of(rnd(dtype, loss_shape, "mse" + label + "g")), A::of(self), A::of(target),
+                    A::integer(reduction)};
+        c.outputs = {{dtype, shape}};
+      }
+      cases.push_back(std::move(c));
+    };
+    add("reduction none of [4,5]", {4, 5}, 0, false);
+    add("reduction mean of [4,5]", {4, 5}, 1, false);
+    add("reduction sum of [3,7]", {3, 7}, 2, false);
+    add("reduction none of zero-size [0,5]", {0, 5}, 0, false);
+    if (strided) add("reduction mean of transposed [5,6]", {5, 6}, 1, true);
     return cases;
   };
   return e;
@@ -482,6 +552,7 @@ void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& tabl
   table["aten::mean.out"] = dim_reduction("mean", true, false, false);
   table["aten::amax.out"] = dim_reduction("amax", false, true, true);
   table["aten::argmax.out"] = index_reduction("argmax", false);
+  table["aten::linalg_vector_norm.out"] = vector_norm();
   table["aten::argmin.out"] = index_reduction("argmin", false);
   table["aten::max.dim_max"] = index_reduction("max.dim", true);
   table["aten::min.dim_min"] = index_reduction("min.dim", true);
@@ -498,6 +569,8 @@ void add_nn_ops(std::map<std::string, CatalogEntry>& table) {
   table["aten::_log_softmax_backward_data.out"] = softmax(true);
   table["aten::nll_loss_forward.output"] = nll_loss(false);
   table["aten::nll_loss_backward.grad_input"] = nll_loss(true);
+  table["aten::mse_loss.out"] = mse_loss(false);
+  table["aten::mse_loss_backward.grad_input"] = mse_loss(true);
   // Operators with no out= overload in the binding's sense are named bare; accept both.
   for (const char* suffix : {"", ".out"}) {
     table[std::string("aten::convolution_overrideable") + suffix] = convolution(false);

@@ -111,6 +111,65 @@ std::vector<HostTensor> run_sum(const KernelCase& c) {
   return {HostTensor::from_values(spec.dtype, spec.shape, acc.values())};
 }
 
+// linalg_vector_norm.out(self, ord, dim?, keepdim, dtype?): sum |x|^ord then ^(1/ord); ord 0
+// counts non-zeros, inf/-inf take the max/min of |x|.
+std::vector<HostTensor> run_vector_norm(const KernelCase& c) {
+  const HostTensor& x = c.inputs[0].tensor;
+  const double ord = number(c.inputs[1]);
+  const OutputSpec& spec = c.outputs.at(0);
+  std::vector<int64_t> dims;
+  if (c.inputs[2].kind == CaseArg::Kind::IntList) dims = c.inputs[2].ints;
+  for (int64_t& d : dims) if (d < 0) d += static_cast<int64_t>(x.shape.size());
+  const bool extreme = std::isinf(ord);
+  std::vector<double> acc(static_cast<size_t>(shape_numel(spec.shape)), ord == -INFINITY ? INFINITY : 0.0);
+  Shape index(x.shape.size(), 0);
+  if (x.numel() > 0) do {
+      int64_t flat = 0, stride = 1;
+      for (size_t d = x.shape.size(); d-- > 0;) {
+        bool reduced = dims.empty() || std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) != dims.end();
+        if (!reduced) {
+          flat += index[d] * stride;
+          stride *= x.shape[d];
+        }
+      }
+      const double v = std::fabs(x.at(index));
+      double& a = acc[static_cast<size_t>(flat)];
+      if (extreme) a = ord > 0 ? std::max(a, v) : std::min(a, v);
+      else if (ord == 0) a += v != 0 ? 1.0 : 0.0;
+      else a += std::pow(v, ord);
+    } while (next_index(index, x.shape));
+  if (!extreme && ord != 0 && ord != 1)
+    for (double& a : acc) a = std::pow(a, 1.0 / ord);
+  return {HostTensor::from_values(spec.dtype, spec.shape, acc)};
+}
+
+// mse_loss.out(self, target, reduction): (x - t)^2, its mean (1) or sum (2).
+// mse_loss_backward.grad_input(grad, self, target, reduction): 2 (x - t) grad, / numel for mean.
+std::vector<HostTensor> run_mse_loss(const KernelCase& c, bool backward) {
+  const size_t first = backward ? 1 : 0;
+  const HostTensor& x = c.inputs[first].tensor;
+  const HostTensor& t = c.inputs[first + 1].tensor;
+  const auto reduction = static_cast<int64_t>(number(c.inputs[first + 2]));
+  const OutputSpec& spec = c.outputs.at(0);
+  std::vector<double> values;
+  Shape index(x.shape.size(), 0);
+  if (x.numel() > 0) do {
+      const double d = x.at(index) - t.at(index);
+      if (!backward) {
+        values.push_back(d * d);
+      } else {
+        const double g = reduction == 0 ? c.inputs[0].tensor.at(index) : c.inputs[0].tensor.get_storage(0);
+        values.push_back(2.0 * d * g / (reduction == 1 ? static_cast<double>(x.numel()) : 1.0));
+      }
+    } while (next_index(index, x.shape));
+  if (!backward && reduction != 0) {
+    double total = 0;
+    for (double v : values) total += v;
+    values = {reduction == 1 ? total / static_cast<double>(x.numel()) : total};
+  }
+  return {HostTensor::from_values(spec.dtype, spec.shape, values)};
+}
+
 std::vector<HostTensor> run_mm(const KernelCase& c) {
   const HostTensor& a = c.inputs[0].tensor;
   const HostTensor& b = c.inputs[1].tensor;
@@ -238,6 +297,9 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   if (it != elementwise_table().end()) return run_elementwise(it->second, c);
   if (op == "aten::sum.IntList_out" || op == "aten::sum.out") return run_sum(c);
   if (op == "aten::mm.out") return run_mm(c);
+  if (op == "aten::linalg_vector_norm.out") return run_vector_norm(c);
+  if (op == "aten::mse_loss.out") return run_mse_loss(c, false);
+  if (op == "aten::mse_loss_backward.grad_input") return run_mse_loss(c, true);
   const std::string base = op.substr(0, op.find('.'));
   if (base == "aten::native_batch_norm" || base == "aten::_native_batch_norm_legit") return run_batch_norm(c, false);
   if (base == "aten::_native_batch_norm_legit_no_training") return run_batch_norm(c, true);

@@ -141,19 +141,34 @@ void push_results(const c10::OperatorHandle& op, const OpInfo& info, torch::jit:
   for (size_t i = 0; i < returns.size() && i < outputs.size(); ++i) stack->emplace_back(outputs[i]);
 }
 
-// Tier 1. False when the plugin cannot serve this call (no entry, dtype, layout, refusal).
+// Tier 1. False when the plugin cannot serve this call (no entry, dtype, layout, refusal);
+// then `why_not` says which, for the fallback's warning.
 bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
-                c10::DeviceIndex device) {
+                c10::DeviceIndex device, std::string& why_not) {
   auto& rt = runtime();
   const fl::LogicalDevice& dev = rt.device(device);
   const fl_kernel_entry* entry = entry_for(info, dev);
-  if (entry == nullptr) return false;
+  // Reasons are built only on the way out: a served call allocates none.
+  auto plugin = [&] { return "plugin '" + dev.plugin->name() + "'"; };
+  if (entry == nullptr) {
+    why_not = plugin() + " has no kernel '" + info.kernel_name + "'";
+    return false;
+  }
   auto args = torch::jit::last(*stack, info.num_arguments);
   const auto dtype = first_dtype(args);
-  if (!dtype || !(entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(*dtype)))) return false;
-  if (info.meta_unavailable.load(std::memory_order_relaxed)) return false;
+  if (!dtype || !(entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(*dtype)))) {
+    why_not = plugin() + " has kernel '" + info.kernel_name + "', but not for " +
+              (dtype ? std::string(c10::toString(*dtype)) : std::string("a call without a tensor dtype"));
+    return false;
+  }
+  auto meta_declined = [&] {
+    why_not = plugin() + " has kernel '" + info.kernel_name +
+              "', but PyTorch's Meta kernel could not size this call's outputs";
+    return false;
+  };
+  if (info.meta_unavailable.load(std::memory_order_relaxed)) return meta_declined();
   const OutputMeta meta = output_meta(op, info, args);
-  if (!meta) return false;
+  if (!meta) return meta_declined();
 
   const c10::Device fl_device(c10::DeviceType::PrivateUse1, device);
   std::vector<at::Tensor> outputs = prepare_outputs(info, args, *meta, fl_device);
@@ -196,10 +211,14 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   }
 
   KernelCallBuilder builder(device, dev.local);
+  auto refused = [&] {
+    why_not = plugin() + " has kernel '" + info.kernel_name + "', but the ABI cannot pass it " + builder.refusal();
+    return false;
+  };
   for (const auto& v : inputs)
-    if (!builder.add_input(v)) return false;
+    if (!builder.add_input(v)) return refused();
   for (const auto& t : targets)
-    if (!builder.add_output(t)) return false;
+    if (!builder.add_output(t)) return refused();
 
   if (info.seeded) {
     // A fresh 64-bit seed from the device's generator per call (offset 0): torch.manual_seed
@@ -217,6 +236,8 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     if (fl::log_enabled(fl::LogLevel::Debug))
       fl::log_message(fl::LogLevel::Debug, info.kernel_name + ": plugin '" + dev.plugin->name() +
                                                "' declined (" + dev.plugin->last_error() + ")");
+    why_not = plugin() + " has kernel '" + info.kernel_name + "', which declined this call (" +
+              dev.plugin->last_error() + ")";
     return false;
   }
   if (st != FL_OK) {
@@ -250,13 +271,13 @@ bool try_generic(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack*
 // Numbers go into these messages as strings: on the H200 build (g++ 13, torch 2.11) streaming an
 // integer into c10::str crashed in the extension's own copy of ostream's numeric formatting;
 // not understood yet, and avoided here.
-void warn_fallback(OpInfo& info, Tier tier, c10::DeviceIndex device, c10::ArrayRef<c10::IValue> args) {
+// `why_not`: why the native tier did not serve the call (try_native's reason).
+void warn_fallback(OpInfo& info, Tier tier, c10::DeviceIndex device, c10::ArrayRef<c10::IValue> args,
+                   const std::string& why_not) {
   if (info.warned.exchange(true)) return;
   if (!runtime().config().fallback.warn_once) return;
-  std::string plugin = device >= 0 ? runtime().device(device).plugin->name() : "?";
   TORCH_WARN("torch_fl: ", info.name, " (", dtypes_of(args), ") on fl:", std::to_string(device),
-             " ran through the ", tier_name(tier), " tier: plugin '", plugin,
-             "' has no kernel '", info.kernel_name, "' for it. This is warned once; see "
+             " ran through the ", tier_name(tier), " tier: ", why_not, ". This is warned once; see "
              "torch_fl.fallback_stats() for counts.");
 }
 
@@ -267,10 +288,12 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& cfg = runtime().config().fallback;
   const DeviceTimedScope timed(info, device);
 
-  if (device >= 0 && try_native(op, info, stack, device)) {
+  std::string why_not;  // empty (no allocation) unless the native tier declines
+  if (device >= 0 && try_native(op, info, stack, device, why_not)) {
     info.calls[static_cast<int>(Tier::Native)].fetch_add(1, std::memory_order_relaxed);
     return;
   }
+  if (why_not.empty()) why_not = "no argument is on an fl device";
   auto refuse = [&](const std::string& why) {
     TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " is not available on fl:",
                                 std::to_string(device), " for dtypes (", dtypes_of(args), "): ", why);
@@ -278,7 +301,7 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (const GenericKernel* g = find_generic_kernel(info.kernel_name); g != nullptr && device >= 0) {
     if (cfg.strict) refuse("no native kernel, and fallback.strict is set (a generic kernel exists)");
     if (cfg.enable_generic_kernel) {
-      warn_fallback(info, Tier::Generic, device, args);
+      warn_fallback(info, Tier::Generic, device, args, why_not);
       if (try_generic(op, info, stack, device, *g)) {
         info.calls[static_cast<int>(Tier::Generic)].fetch_add(1, std::memory_order_relaxed);
         return;
@@ -291,7 +314,7 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       op.hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) {
     if (cfg.strict) refuse("no native kernel, and fallback.strict is set (ATen's composite exists)");
     if (cfg.enable_generic_kernel) {
-      warn_fallback(info, Tier::Generic, device, args);
+      warn_fallback(info, Tier::Generic, device, args, why_not);
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CompositeExplicitAutograd), stack);
       info.calls[static_cast<int>(Tier::Generic)].fetch_add(1, std::memory_order_relaxed);
       return;
@@ -304,7 +327,7 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // backend", naming a device the caller never used.
   if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU))
     refuse("no native kernel in the plugin, and PyTorch has no CPU kernel for it to fall back on");
-  warn_fallback(info, Tier::CpuFallback, device, args);
+  warn_fallback(info, Tier::CpuFallback, device, args, why_not);
   run_cpu_fallback(op, stack, device);
   info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);
 }

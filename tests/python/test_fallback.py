@@ -74,6 +74,35 @@ def test_unserved_op_runs_through_cpu_fallback_and_warns_once():
     assert kernels == {"aten::hypot.out"}
 
 
+def test_fallback_warning_says_why_the_native_tier_did_not_serve_the_call():
+    """The warning names the reason: no kernel, a kernel without the call's dtype, or a kernel
+    that declined the call (with the plugin's own message). A fresh interpreter: warn-once
+    state of this process is shared with other tests."""
+    code = textwrap.dedent("""
+        import warnings, torch, torch_fl
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            x, wt = torch.randn(1, 2, 5, 5).to("fl:0"), torch.randn(2, 3, 3, 3).to("fl:0")
+            out = torch.nn.functional.conv_transpose2d(x, wt)
+            assert torch.allclose(out.cpu(), torch.nn.functional.conv_transpose2d(x.cpu(), wt.cpu()), atol=1e-5)
+            i = torch.arange(4, dtype=torch.int64).reshape(2, 2)
+            assert torch.equal(torch.mm(i.to("fl:0"), i.to("fl:0")).cpu(), i @ i)
+            torch.hypot(torch.ones(2).to("fl:0"), torch.ones(2).to("fl:0"))
+        for m in w:
+            if "torch_fl" in str(m.message):
+                print(str(m.message).split(" This is warned once")[0])
+    """)
+    r = run_python(code)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 3, r.stdout
+    conv, mm, hypot = lines
+    assert "plugin 'cpu' has kernel 'aten::convolution_overrideable" in conv
+    assert "which declined this call (" in conv and "transposed convolution" in conv
+    assert "plugin 'cpu' has kernel 'aten::mm.out', but not for Long" in mm
+    assert "plugin 'cpu' has no kernel 'aten::hypot.out'" in hypot
+
+
 def test_fallback_of_inplace_and_out_forms_writes_back():
     a, b = torch.randn(4, 4), torch.randn(4, 4)
     x = a.to("fl")

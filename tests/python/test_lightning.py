@@ -23,7 +23,8 @@ from torch_fl.lightning import FlAccelerator  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import _lightning_fit  # noqa: E402
-from conftest import run_python  # noqa: E402
+from conftest import BUILD, run_python  # noqa: E402
+import torch_fl  # noqa: E402
 
 
 def _binding_problem(code: str) -> str | None:
@@ -195,6 +196,74 @@ def test_devices_auto_in_a_notebook_uses_one_fl_device(monkeypatch):
     assert trainer.num_devices == 1
     assert isinstance(trainer.strategy, SingleDeviceStrategy)
     assert trainer.strategy.root_device == torch.device("fl:0")
+
+
+def test_auto_accelerator_is_the_cpu_when_fl_has_only_cpu_plugin_devices():
+    # The CPU plugin's devices are the host CPU behind a layer: Lightning's own choice stands.
+    assert torch_fl.lightning._accelerator_devices() == []
+    trainer = L.Trainer(accelerator="auto", logger=False)
+    assert type(trainer.accelerator).__name__ == "CPUAccelerator"
+    assert trainer.strategy.root_device == torch.device("cpu")
+
+
+def test_auto_accelerator_devices_are_those_of_gpu_plugins(monkeypatch):
+    monkeypatch.setattr(torch_fl.lightning, "_accelerator_devices", lambda: [1])
+    auto = torch_fl.lightning.FlAutoAccelerator
+    assert auto.parse_devices("auto") == [1] and auto.parse_devices(-1) == [1]
+    assert auto.parse_devices(1) == [1] and auto.parse_devices("1") == [1]
+    assert auto.parse_devices([0]) == [0] and auto.parse_devices("0,1") == [0, 1]  # indices name fl devices
+    assert auto.get_parallel_devices("auto") == [torch.device("fl:1")]
+    assert auto.auto_device_count() == 1
+    with pytest.raises(ValueError, match="accelerator='fl' to count every fl device"):
+        auto.parse_devices(2)
+
+
+AUTO_FIT = """
+import sys, json, torch, torch_fl
+import lightning.pytorch as L
+sys.path.insert(0, {here!r})
+import _lightning_fit
+kw = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+plugins = [torch.fl.get_device_properties(i)["plugin"] for i in range(torch.fl.device_count())]
+explicit = L.Trainer(accelerator="fl", devices="auto", **kw)
+try:
+    L.Trainer(accelerator="auto", devices=2, **kw)
+    too_many = None
+except ValueError as e:
+    too_many = str(e)
+trainer = L.Trainer(accelerator="auto", devices="auto", max_epochs=4, **kw)
+torch.manual_seed(0)
+model = _lightning_fit.TinyClassifier()
+trainer.fit(model, _lightning_fit.make_loader())
+print(json.dumps(dict(plugins=plugins, explicit=explicit.num_devices, too_many=too_many,
+                      accelerator=type(trainer.accelerator).__name__, num_devices=trainer.num_devices,
+                      strategy=type(trainer.strategy).__name__, root=str(trainer.strategy.root_device),
+                      seen=sorted(model.devices_seen), losses=model.losses)))
+"""
+
+
+def test_auto_accelerator_chooses_fl_devices_of_a_non_cpu_plugin(tmp_path):
+    """With the CPU plugin and a second plugin (the template plugin, standing in for a GPU
+    plugin) loaded, accelerator="auto" picks fl and trains on the second plugin's device only;
+    accelerator="fl" still counts every fl device."""
+    plugins = [BUILD / "plugins" / "cpu" / "libfl_cpu.so", BUILD / "plugins" / "template" / "libfl_template.so"]
+    if not plugins[1].exists():
+        pytest.skip("the template plugin is not in this build tree")
+    config = tmp_path / "config.yaml"
+    config.write_text("plugins:\n  enable: [cpu, template]\n")  # the template plugin is opt-in
+    env = {"FL_PLUGIN_PATH": ":".join(map(str, plugins)), "FL_CONFIG": str(config), "FL_CPU_DEVICES": "1"}
+    r = run_python(AUTO_FIT.format(here=str(HERE)), env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "accelerator='auto' chose fl: the template plugin's devices ['fl:1']" in r.stdout + r.stderr
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["plugins"] == ["cpu", "template"]
+    assert out["explicit"] == 2
+    assert "chose fl's 1 accelerator device(s) [1]" in out["too_many"]
+    assert out["accelerator"] == "FlAutoAccelerator" and out["num_devices"] == 1
+    assert out["strategy"] == "SingleDeviceStrategy" and out["root"] == "fl:1"
+    assert out["seen"] == ["fl:1"]
+    losses = out["losses"]
+    assert sum(losses[-8:]) / 8 < 0.8 * (sum(losses[:8]) / 8)
 
 
 def test_fork_launcher_refuses_once_fl_was_used(monkeypatch):

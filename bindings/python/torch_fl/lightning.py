@@ -17,6 +17,9 @@ What importing this module does:
   `MixedPrecision(..., device="cuda")` — we pass device="fl" (autocast on fl, which needs the
   binding's AutocastPrivateUse1 kernels); and DDPStrategy passes `device_ids=[index]` with a
   `torch.cuda.Stream` for any non-CPU root device — for fl it passes None;
+- accelerator="auto" looks for a TPU, MPS and CUDA, else takes the CPU: it takes fl instead of
+  the CPU when a GPU or NPU plugin has fl devices (FlAutoAccelerator, whose devices="auto" and
+  counts are those devices, not the CPU plugin's);
 - with devices="auto" in a notebook, Lightning uses one CUDA device (a multi-device run there
   forks) — fl does the same instead of forking a process per device;
 - the fork-based launchers (strategy="ddp_fork"/"ddp_notebook") refuse to start once this
@@ -60,7 +63,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_info
 import torch_fl  # registers the fl device; its _C says whether this process used fl
 from . import distributed as _distributed
 
-__all__ = ["FlAccelerator", "ResyncReplicas", "register"]
+__all__ = ["FlAccelerator", "FlAutoAccelerator", "ResyncReplicas", "register"]
 
 
 class ResyncReplicas(Callback):
@@ -160,6 +163,42 @@ class FlAccelerator(Accelerator):
                                       override=True)
 
 
+def _accelerator_devices() -> list[int]:
+    """The fl devices of plugins other than the CPU one (GPUs, NPUs): the accelerators that
+    Lightning's own `accelerator="auto"` cannot see."""
+    return [i for i in range(torch.fl.device_count()) if torch.fl.get_device_properties(i)["plugin"] != "cpu"]
+
+
+class FlAutoAccelerator(FlAccelerator):
+    """What `accelerator="auto"` picks when Lightning finds no TPU, MPS or CUDA device but fl
+    has devices of a GPU or NPU plugin. Its `devices="auto"` (and a count N) take those
+    devices, not the CPU plugin's, which would only slow them down as DDP ranks; a list of
+    indices still names fl devices. `accelerator="fl"` keeps taking every fl device."""
+
+    @staticmethod
+    def parse_devices(devices: Any) -> list[int]:
+        chosen = _accelerator_devices()
+        if devices is None or devices == "auto" or devices == -1 or devices == "-1":
+            return chosen
+        if isinstance(devices, (int, str)) and "," not in str(devices):
+            n = int(devices)
+            if n > len(chosen):
+                raise ValueError(f"devices={devices!r}: accelerator='auto' chose fl's {len(chosen)} "
+                                 f"accelerator device(s) {chosen}; pass accelerator='fl' to count every fl device")
+            return _parse_fl_devices(chosen[:n] if n > 0 else [])
+        return _parse_fl_devices(devices)
+
+    @staticmethod
+    def get_parallel_devices(devices: Any) -> list[torch.device]:
+        indices = devices if isinstance(devices, list) and all(isinstance(i, int) for i in devices) \
+            else FlAutoAccelerator.parse_devices(devices)
+        return [torch.device("fl", i) for i in indices]
+
+    @staticmethod
+    def auto_device_count() -> int:
+        return len(_accelerator_devices())
+
+
 # ---- connector choices that Lightning hard-wires to built-in devices ---------------------
 
 _Connector = _connector_module._AcceleratorConnector
@@ -205,6 +244,21 @@ def _wrap_connector() -> None:
             return
         set_devices_if_auto(self)
 
+    # accelerator="auto": Lightning looks for a TPU, MPS and CUDA, else takes the CPU. fl's
+    # devices of a GPU or NPU plugin come before the CPU (not before a native CUDA device,
+    # which torch's own CUDA serves without a layer between).
+    choose_auto_accelerator = _Connector._choose_auto_accelerator
+
+    def _choose_auto_accelerator():
+        chosen = choose_auto_accelerator()
+        if chosen == "cpu" and torch.fl.is_available() and _accelerator_devices():
+            plugins = sorted({torch.fl.get_device_properties(i)["plugin"] for i in _accelerator_devices()})
+            rank_zero_info(f"accelerator='auto' chose fl: the {', '.join(plugins)} plugin's devices "
+                           f"{['fl:%d' % i for i in _accelerator_devices()]}")
+            return FlAutoAccelerator()
+        return chosen
+
+    _Connector._choose_auto_accelerator = staticmethod(_choose_auto_accelerator)
     _Connector._choose_strategy = _choose_strategy
     _Connector._check_and_init_precision = _check_and_init_precision
     _Connector._set_devices_flag_if_auto_passed = _set_devices_flag_if_auto_passed

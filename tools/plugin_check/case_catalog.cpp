@@ -66,6 +66,16 @@ HostTensor distinct_tensor(fl_dtype_t dtype, const Shape& shape, uint64_t seed) 
   return HostTensor::from_values(dtype, shape, v);
 }
 
+// Values from {-inf, -1, 0, 1, inf, NaN} (integers -2..2), for predicates such as isnan.
+HostTensor special_tensor(fl_dtype_t dtype, const Shape& shape, uint64_t seed) {
+  if (!is_floating(dtype)) return coarse_tensor(dtype, shape, seed);
+  static const double kSpecial[] = {-INFINITY, -1.0, 0.0, 1.0, INFINITY, NAN};
+  Random r(seed);
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  for (double& x : v) x = kSpecial[static_cast<size_t>(r.uniform(0, 5.999))];
+  return HostTensor::from_values(dtype, shape, v);
+}
+
 HostTensor bool_tensor(const Shape& shape, uint64_t seed) { return random_tensor(kBool, shape, -0.49, 1.49, seed); }
 
 HostTensor host_scalar(fl_dtype_t dtype, double value) {
@@ -92,7 +102,7 @@ Shape broadcast_shapes(const std::vector<Shape>& shapes) {
 
 // ---- elementwise families ---------------------------------------------------------------
 
-enum class Domain { Any, Positive, NonZero, Coarse, Bool };
+enum class Domain { Any, Positive, NonZero, Coarse, Bool, Special };
 
 struct Elementwise {
   std::vector<Domain> tensors;                                      // one per tensor input
@@ -108,6 +118,7 @@ HostTensor make_input(Domain domain, fl_dtype_t dtype, const Shape& shape, uint6
     case Domain::NonZero: return nonzero_tensor(dtype, shape, seed);
     case Domain::Coarse: return coarse_tensor(dtype, shape, seed);
     case Domain::Bool: return bool_tensor(shape, seed);
+    case Domain::Special: return special_tensor(dtype, shape, seed);
     case Domain::Any: default: return random_tensor(dtype, shape, -2, 2, seed);
   }
 }
@@ -195,6 +206,11 @@ void add_elementwise(std::map<std::string, CatalogEntry>& table) {
     table[s] = elementwise(s, {{D::Coarse}, [](fl_dtype_t d) { return std::vector<CaseArg>{scalar_for(d, is_floating(d) ? 0.5 : 1)}; },
                                to_bool, true, false});
   }
+  for (const char* op : {"aten::isnan.out", "aten::isposinf.out", "aten::isneginf.out"})
+    table[op] = elementwise(op, {{D::Special}, nullptr, to_bool, true, false});
+  for (const char* op : {"aten::logical_and.out", "aten::logical_or.out", "aten::logical_xor.out"})
+    table[op] = elementwise(op, {{D::Coarse, D::Coarse}, nullptr, to_bool, true, false});
+  table["aten::bitwise_not.out"] = elementwise("aten::bitwise_not.out", {{D::Coarse}, nullptr, nullptr, true, false});
   table["aten::threshold_backward.grad_input"] = elementwise("aten::threshold_backward.grad_input", {{D::Any, D::Coarse},
       [](fl_dtype_t d) { return std::vector<CaseArg>{scalar_for(d, 0)}; }, nullptr, true, false});
   for (const char* op : {"aten::tanh_backward.grad_input", "aten::sigmoid_backward.grad_input", "aten::silu_backward.grad_input"})

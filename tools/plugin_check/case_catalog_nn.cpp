@@ -1,7 +1,6 @@
-// case_catalog_nn.cpp — cases for reductions (vector norms included), matrix products, softmax, nll_loss, mse_loss,
-// convolution,
-// max_pool2d, layer_norm and batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding
-// allocates them).
+// case_catalog_nn.cpp — cases for reductions (vector norms, all/any included), tril/triu,
+// matrix products, softmax, nll_loss, mse_loss, convolution, max_pool2d, layer_norm and
+// batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding allocates them).
 #include "case_catalog.h"
 #include "naive_reference.h"
 
@@ -102,7 +101,87 @@ CatalogEntry vector_norm() {
   return e;
 }
 
-// Ops shaped (self, [dtype]) -> 0-dim out: sum.out.
+// all / any: .out(self, int dim, keepdim), .dims_out(self, int[]? dim, keepdim) and
+// .all_out(self). Rows of all non-zero, all zero, mixed, and with NaN (non-zero) values.
+HostTensor logical_input(fl_dtype_t dtype, const Shape& shape) {
+  std::vector<double> v(static_cast<size_t>(shape_numel(shape)));
+  const int64_t cols = shape.empty() ? 1 : shape.back();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t row = static_cast<int64_t>(i) / cols % 4, col = static_cast<int64_t>(i) % cols;
+    if (row == 0) v[i] = 1.0 + static_cast<double>(col % 3);
+    else if (row == 1) v[i] = 0.0;
+    else if (row == 2) v[i] = col % 2 == 0 ? 0.0 : -2.0;
+    else v[i] = col == 0 && is_floating(dtype) ? NAN : (col % 3 == 1 ? 0.0 : 3.0);
+  }
+  return HostTensor::from_values(dtype, shape, v);
+}
+
+enum class LogicalForm { Dim, Dims, All };
+
+CatalogEntry logical_reduction(LogicalForm form) {
+  CatalogEntry e;
+  e.build = [form](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    const fl_dtype_t out_dtype = dtype == FL_DTYPE_UINT8 ? FL_DTYPE_UINT8 : FL_DTYPE_BOOL;
+    auto add = [&](const std::string& label, Shape shape, std::optional<std::vector<int64_t>> dims, bool keepdim,
+                   bool transpose) {
+      KernelCase c;
+      c.label = label;
+      c.inputs.push_back(A::of(maybe_transposed(logical_input(dtype, shape), transpose)));
+      if (form == LogicalForm::Dim) c.inputs.push_back(A::integer(dims->at(0)));
+      if (form == LogicalForm::Dims) c.inputs.push_back(dims ? A::int_list(*dims) : A::none());
+      if (form != LogicalForm::All) c.inputs.push_back(A::boolean(keepdim));
+      Shape out = shape;
+      if (!dims) out = {};
+      else if (!dims->empty()) out = reduced_shape(shape, *dims, keepdim);
+      c.outputs.push_back({out_dtype, out});
+      cases.push_back(std::move(c));
+    };
+    using Dims = std::vector<int64_t>;
+    if (form == LogicalForm::All) {
+      add("all of [8,5]", {8, 5}, std::nullopt, false, false);
+      add("all of zero-size [0,3]", {0, 3}, std::nullopt, false, false);
+      return cases;
+    }
+    add("dim [1] of [8,5]", {8, 5}, Dims{1}, false, false);
+    add("dim [0] keepdim of [8,5]", {8, 5}, Dims{0}, true, false);
+    add("dim [-1] of [2,4,3]", {2, 4, 3}, Dims{-1}, false, false);
+    if (strided) add("dim [0] of transposed [5,8]", {5, 8}, Dims{0}, false, true);
+    add("dim [1] of zero-size [2,0]", {2, 0}, Dims{1}, false, false);
+    if (form == LogicalForm::Dims) {
+      add("dims [0,2] of [2,4,3]", {2, 4, 3}, Dims{0, 2}, false, false);
+      add("dims None of [8,5]", {8, 5}, std::nullopt, false, false);
+      add("dims [] (none reduced) of [8,5]", {8, 5}, Dims{}, false, false);
+    }
+    return cases;
+  };
+  return e;
+}
+
+// tril.out / triu.out(self, int diagonal).
+CatalogEntry triangle() {
+  CatalogEntry e;
+  e.build = [](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    auto add = [&](const std::string& label, Shape shape, int64_t diagonal) {
+      KernelCase c;
+      c.label = label;
+      c.inputs = {A::of(rnd(dtype, shape, "triangle" + label, 1, 4)), A::integer(diagonal)};
+      c.outputs.push_back({dtype, shape});
+      cases.push_back(std::move(c));
+    };
+    add("diagonal 0 of [5,4]", {5, 4}, 0);
+    add("diagonal -2 of [2,3,5,4]", {2, 3, 5, 4}, -2);
+    add("diagonal 1 of [4,6]", {4, 6}, 1);
+    add("diagonal 7 of [3,3]", {3, 3}, 7);
+    add("diagonal -9 of [3,3]", {3, 3}, -9);
+    add("zero-size [0,3]", {0, 3}, 0);
+    return cases;
+  };
+  return e;
+}
+
+// Ops shaped (self, [dtype]) -> 0-dim out: sum.out.// Ops shaped (self, [dtype]) -> 0-dim out: sum.out.
 CatalogEntry full_reduction(bool int_ok) {
   CatalogEntry e;
   e.tolerance_scale = 4;
@@ -553,6 +632,13 @@ void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& tabl
   table["aten::amax.out"] = dim_reduction("amax", false, true, true);
   table["aten::argmax.out"] = index_reduction("argmax", false);
   table["aten::linalg_vector_norm.out"] = vector_norm();
+  for (const char* op : {"all", "any"}) {
+    table[std::string("aten::") + op + ".out"] = logical_reduction(LogicalForm::Dim);
+    table[std::string("aten::") + op + ".dims_out"] = logical_reduction(LogicalForm::Dims);
+    table[std::string("aten::") + op + ".all_out"] = logical_reduction(LogicalForm::All);
+  }
+  table["aten::tril.out"] = triangle();
+  table["aten::triu.out"] = triangle();
   table["aten::argmin.out"] = index_reduction("argmin", false);
   table["aten::max.dim_max"] = index_reduction("max.dim", true);
   table["aten::min.dim_min"] = index_reduction("min.dim", true);

@@ -58,6 +58,12 @@ const std::map<std::string, Fn>& elementwise_table() {
       {"aten::le.Scalar_out", [](auto& t, auto& s) { return double(t[0] <= s[0]); }},
       {"aten::gt.Scalar_out", [](auto& t, auto& s) { return double(t[0] > s[0]); }},
       {"aten::ge.Scalar_out", [](auto& t, auto& s) { return double(t[0] >= s[0]); }},
+      {"aten::isnan.out", [](auto& t, auto&) { return double(std::isnan(t[0])); }},
+      {"aten::isposinf.out", [](auto& t, auto&) { return double(t[0] == INFINITY); }},
+      {"aten::isneginf.out", [](auto& t, auto&) { return double(t[0] == -INFINITY); }},
+      {"aten::logical_and.out", [](auto& t, auto&) { return double(t[0] != 0 && t[1] != 0); }},
+      {"aten::logical_or.out", [](auto& t, auto&) { return double(t[0] != 0 || t[1] != 0); }},
+      {"aten::logical_xor.out", [](auto& t, auto&) { return double((t[0] != 0) != (t[1] != 0)); }},
       {"aten::addcmul.out", [](auto& t, auto& s) { return t[0] + s[0] * t[1] * t[2]; }},
       {"aten::addcdiv.out", [](auto& t, auto& s) { return t[0] + s[0] * t[1] / t[2]; }},
       {"aten::where.self_out", [](auto& t, auto&) { return t[0] != 0 ? t[1] : t[2]; }},
@@ -168,6 +174,54 @@ std::vector<HostTensor> run_mse_loss(const KernelCase& c, bool backward) {
     values = {reduction == 1 ? total / static_cast<double>(x.numel()) : total};
   }
   return {HostTensor::from_values(spec.dtype, spec.shape, values)};
+}
+
+// all / any in their three forms (case_catalog_nn.cpp's logical_reduction): a value is true
+// when non-zero (NaN too); all of nothing is true, any of nothing false.
+std::vector<HostTensor> run_logical_reduction(const KernelCase& c, bool is_all) {
+  const HostTensor& x = c.inputs[0].tensor;
+  const OutputSpec& spec = c.outputs.at(0);
+  std::vector<int64_t> dims;
+  bool reduce_all = true;
+  if (c.inputs.size() > 1 && c.inputs[1].kind == CaseArg::Kind::Int) {
+    dims = {c.inputs[1].i};
+    reduce_all = false;
+  } else if (c.inputs.size() > 1 && c.inputs[1].kind == CaseArg::Kind::IntList) {
+    dims = c.inputs[1].ints;
+    reduce_all = false;
+  }
+  for (int64_t& d : dims) if (d < 0) d += static_cast<int64_t>(x.shape.size());
+  std::vector<double> acc(static_cast<size_t>(shape_numel(spec.shape)), is_all ? 1.0 : 0.0);
+  Shape index(x.shape.size(), 0);
+  if (x.numel() > 0) do {
+      int64_t flat = 0, stride = 1;
+      for (size_t d = x.shape.size(); d-- > 0;) {
+        bool reduced = reduce_all || std::find(dims.begin(), dims.end(), static_cast<int64_t>(d)) != dims.end();
+        if (!reduced) {
+          flat += index[d] * stride;
+          stride *= x.shape[d];
+        }
+      }
+      const bool nonzero = x.at(index) != 0;  // NaN != 0
+      double& a = acc[static_cast<size_t>(flat)];
+      a = is_all ? double(a != 0 && nonzero) : double(a != 0 || nonzero);
+    } while (next_index(index, x.shape));
+  return {HostTensor::from_values(spec.dtype, spec.shape, acc)};
+}
+
+// tril / triu (self, diagonal) over the last two dims.
+std::vector<HostTensor> run_triangle(const KernelCase& c, bool lower) {
+  const HostTensor& x = c.inputs[0].tensor;
+  const int64_t diagonal = c.inputs[1].i;
+  std::vector<double> values;
+  Shape index(x.shape.size(), 0);
+  const size_t n = x.shape.size();
+  if (x.numel() > 0) do {
+      const int64_t offset = index[n - 1] - index[n - 2];
+      const bool keep = lower ? offset <= diagonal : offset >= diagonal;
+      values.push_back(keep ? x.at(index) : 0.0);
+    } while (next_index(index, x.shape));
+  return {HostTensor::from_values(c.outputs.at(0).dtype, c.outputs.at(0).shape, values)};
 }
 
 std::vector<HostTensor> run_mm(const KernelCase& c) {
@@ -298,6 +352,10 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   if (op == "aten::sum.IntList_out" || op == "aten::sum.out") return run_sum(c);
   if (op == "aten::mm.out") return run_mm(c);
   if (op == "aten::linalg_vector_norm.out") return run_vector_norm(c);
+  if (op.rfind("aten::all.", 0) == 0) return run_logical_reduction(c, true);
+  if (op.rfind("aten::any.", 0) == 0) return run_logical_reduction(c, false);
+  if (op == "aten::tril.out") return run_triangle(c, true);
+  if (op == "aten::triu.out") return run_triangle(c, false);
   if (op == "aten::mse_loss.out") return run_mse_loss(c, false);
   if (op == "aten::mse_loss_backward.grad_input") return run_mse_loss(c, true);
   const std::string base = op.substr(0, op.find('.'));

@@ -31,6 +31,7 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_convolution_kernels(registry);
     register_pooling_kernels(registry);
     register_foreach_kernels(registry);
+    register_triangle_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

@@ -47,5 +47,6 @@ void register_indexing_kernels(KernelRegistry& registry);
 void register_convolution_kernels(KernelRegistry& registry);
 void register_pooling_kernels(KernelRegistry& registry);
 void register_foreach_kernels(KernelRegistry& registry);
+void register_triangle_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

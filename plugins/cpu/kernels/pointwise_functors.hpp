@@ -251,6 +251,44 @@ FL_CPU_COMPARE(Gt, >)
 FL_CPU_COMPARE(Ge, >=)
 #undef FL_CPU_COMPARE
 
+// Predicates of one value (bool out): integers are never NaN or infinite.
+#define FL_CPU_PREDICATE(NAME, EXPR)                   \
+  template <class C>                                   \
+  struct NAME {                                        \
+    explicit NAME(const Param*) {}                     \
+    bool operator()(C a) const {                       \
+      if constexpr (kFloat<C>) return EXPR;            \
+      else return static_cast<void>(a), false;         \
+    }                                                  \
+  };
+FL_CPU_PREDICATE(IsNan, std::isnan(a))
+FL_CPU_PREDICATE(IsPosInf, a == std::numeric_limits<C>::infinity())
+FL_CPU_PREDICATE(IsNegInf, a == -std::numeric_limits<C>::infinity())
+#undef FL_CPU_PREDICATE
+
+// bitwise_not: ~a for integers, logical not for bool.
+template <class C>
+struct BitwiseNot {
+  explicit BitwiseNot(const Param*) {}
+  C operator()(C a) const {
+    if constexpr (std::is_same_v<C, bool>) return !a;
+    else if constexpr (std::is_integral_v<C>) return static_cast<C>(~a);
+    else return a;  // not reached: the entry takes integer and bool dtypes only
+  }
+};
+
+// Logical ops (bool out): a value is true when non-zero, NaN included.
+#define FL_CPU_LOGICAL(NAME, OP)                                          \
+  template <class C>                                                      \
+  struct NAME {                                                           \
+    explicit NAME(const Param*) {}                                        \
+    bool operator()(C a, C b) const { return (a != C(0)) OP (b != C(0)); } \
+  };
+FL_CPU_LOGICAL(LogicalAnd, &&)
+FL_CPU_LOGICAL(LogicalOr, ||)
+FL_CPU_LOGICAL(LogicalXor, !=)
+#undef FL_CPU_LOGICAL
+
 // ---- backward ops: (grad, saved) -------------------------------------------------------
 
 template <class C>

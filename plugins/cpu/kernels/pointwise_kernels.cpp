@@ -1,5 +1,6 @@
-// pointwise_kernels.cpp — unary, binary, comparison and activation-backward entries
-// (`aten::<op>.out` and friends), all on the broadcasting elementwise engine.
+// pointwise_kernels.cpp — unary, binary, comparison, predicate (isnan...), logical and
+// activation-backward entries (`aten::<op>.out` and friends), all on the broadcasting
+// elementwise engine.
 #include "kernel_table.hpp"
 #include "pointwise_common.hpp"
 #include "pointwise_functors.hpp"
@@ -39,7 +40,21 @@ FL_CPU_UNARY_ENTRY(sigmoid_out, "aten::sigmoid.out", Sigmoid, kFloatingMask, kIn
 FL_CPU_UNARY_ENTRY(relu_out, "aten::relu.out", Relu, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(reciprocal_out, "aten::reciprocal.out", Reciprocal, kFloatingMask, kIntToFloat)
 FL_CPU_UNARY_ENTRY(silu_out, "aten::silu.out", Silu, kFloatingMask, kSame)
+FL_CPU_UNARY_ENTRY(bitwise_not_out, "aten::bitwise_not.out", BitwiseNot, kIntegralMask | bit(FL_DTYPE_BOOL), kSame)
 #undef FL_CPU_UNARY_ENTRY
+
+// isnan / isposinf / isneginf: (self) -> bool out, any real dtype (integers give false).
+template <template <class> class Op>
+void predicate_body(const fl_kernel_call* call, const char* op) {
+  Args args(call);
+  TensorDesc self = describe(args.tensor(0), op);
+  TensorDesc out = describe(args.output(0), op);
+  launch_pointwise(call, op, out, {&self}, {&self}, &select_kernel<Op, 1, kAllMask, true>, Promotion::kCompare);
+}
+
+void isnan_out(const fl_kernel_call* call) { predicate_body<fn::IsNan>(call, "aten::isnan.out"); }
+void isposinf_out(const fl_kernel_call* call) { predicate_body<fn::IsPosInf>(call, "aten::isposinf.out"); }
+void isneginf_out(const fl_kernel_call* call) { predicate_body<fn::IsNegInf>(call, "aten::isneginf.out"); }
 
 // pow.Tensor_Scalar_out(self, Scalar exponent): floating self and floating result only.
 void pow_tensor_scalar_out(const fl_kernel_call* call) {
@@ -126,6 +141,11 @@ FL_CPU_BINARY_ENTRY(lt_scalar_out, "aten::lt.Scalar_out", Lt, kAllMask, kCompare
 FL_CPU_BINARY_ENTRY(le_scalar_out, "aten::le.Scalar_out", Le, kAllMask, kCompare, true, false, true)
 FL_CPU_BINARY_ENTRY(gt_scalar_out, "aten::gt.Scalar_out", Gt, kAllMask, kCompare, true, false, true)
 FL_CPU_BINARY_ENTRY(ge_scalar_out, "aten::ge.Scalar_out", Ge, kAllMask, kCompare, true, false, true)
+// Logical ops: computed in the operands' promoted dtype; a bool output only (ATen also
+// writes other dtypes: those fall back).
+FL_CPU_BINARY_ENTRY(logical_and_out, "aten::logical_and.out", LogicalAnd, kAllMask, kCompare, false, false, true)
+FL_CPU_BINARY_ENTRY(logical_or_out, "aten::logical_or.out", LogicalOr, kAllMask, kCompare, false, false, true)
+FL_CPU_BINARY_ENTRY(logical_xor_out, "aten::logical_xor.out", LogicalXor, kAllMask, kCompare, false, false, true)
 // Backward ops: (grad_output, saved) -> grad_input, same dtype throughout.
 FL_CPU_BINARY_ENTRY(tanh_backward_out, "aten::tanh_backward.grad_input", TanhBackward, kFloatingMask, kSame, false, false, false)
 FL_CPU_BINARY_ENTRY(sigmoid_backward_out, "aten::sigmoid_backward.grad_input", SigmoidBackward, kFloatingMask, kSame, false, false, false)
@@ -243,6 +263,13 @@ void register_pointwise_kernels(KernelRegistry& r) {
   r.add("aten::le.Scalar_out", kAllMask, f, guarded<le_scalar_out>);
   r.add("aten::gt.Scalar_out", kAllMask, f, guarded<gt_scalar_out>);
   r.add("aten::ge.Scalar_out", kAllMask, f, guarded<ge_scalar_out>);
+  r.add("aten::bitwise_not.out", kIntegralMask | bit(FL_DTYPE_BOOL), f, guarded<bitwise_not_out>);
+  r.add("aten::isnan.out", kAllMask, f, guarded<isnan_out>);
+  r.add("aten::isposinf.out", kAllMask, f, guarded<isposinf_out>);
+  r.add("aten::isneginf.out", kAllMask, f, guarded<isneginf_out>);
+  r.add("aten::logical_and.out", kAllMask, f, guarded<logical_and_out>);
+  r.add("aten::logical_or.out", kAllMask, f, guarded<logical_or_out>);
+  r.add("aten::logical_xor.out", kAllMask, f, guarded<logical_xor_out>);
   r.add("aten::threshold_backward.grad_input", kArithmeticMask, f, guarded<threshold_backward_out>);
   r.add("aten::tanh_backward.grad_input", kFloatingMask, f, guarded<tanh_backward_out>);
   r.add("aten::sigmoid_backward.grad_input", kFloatingMask, f, guarded<sigmoid_backward_out>);

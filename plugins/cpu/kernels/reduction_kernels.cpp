@@ -1,5 +1,5 @@
-// reduction_kernels.cpp — sum, mean, amax, amin, argmax, argmin, max.dim, min.dim and
-// linalg_vector_norm. Any input strides. Accumulation is in double (floating outputs) or int64 (integral), row by
+// reduction_kernels.cpp — sum, mean, amax, amin, argmax, argmin, max.dim, min.dim,
+// linalg_vector_norm, all and any. Any input strides. Accumulation is in double (floating outputs) or int64 (integral), row by
 // row over the input's innermost dimension; results are converted to the output dtype.
 // sum/mean of float32 therefore round once at the end (more exact than ATen's cascade sum,
 // so results can differ from ATen in the last bits).
@@ -27,13 +27,15 @@ struct ReducePlan {
   int64_t reduce_stride[kMaxDims] = {};  // per input dim, row-major index within the reduced set
 };
 
-// `dims` empty or absent with `all_if_empty`: reduce everything.
-ReducePlan plan_reduce(const char* op, const TensorDesc& in, std::vector<int64_t> dims) {
+// `dims` empty: reduce everything, unless `empty_reduces_nothing` (all.dims/any.dims with
+// dim=[], which keep every dim).
+ReducePlan plan_reduce(const char* op, const TensorDesc& in, std::vector<int64_t> dims,
+                       bool empty_reduces_nothing = false) {
   ReducePlan p;
   p.in = in;
   bool reduced[kMaxDims] = {};
   if (dims.empty()) {
-    for (int d = 0; d < in.ndim; ++d) reduced[d] = true;
+    for (int d = 0; d < in.ndim && !empty_reduces_nothing; ++d) reduced[d] = true;
   } else {
     for (int64_t d : dims) {
       int64_t w = wrap_dim(d, in.ndim, op);
@@ -459,6 +461,70 @@ void linalg_vector_norm_out(const fl_kernel_call* call) {
   submit(call, [plan, ord, dst, store, fn] { fn(plan, ord, dst, store); });
 }
 
+// ---- all / any ------------------------------------------------------------------------
+
+// Whether every (all) or some (any) element is non-zero, NaN included; over no element all is
+// true and any false. The output is bool, or uint8 (0/1) for a uint8 input, as ATen's.
+void launch_logical_reduce(const fl_kernel_call* call, const char* op, const TensorDesc& in,
+                           const TensorDesc& out, std::optional<std::vector<int64_t>> dims, bool is_all) {
+  ReducePlan plan = dims ? plan_reduce(op, in, *dims, true) : plan_reduce(op, in, {});
+  check_output_numel(op, out, plan.out_numel);
+  if (in.dtype >= FL_DTYPE_COMPLEX64) unsupported(op, "complex");
+  const fl_dtype_t expected = in.dtype == FL_DTYPE_UINT8 ? FL_DTYPE_UINT8 : FL_DTYPE_BOOL;
+  if (out.dtype != expected)
+    unsupported(op, std::string("output dtype ") + plugin::dtype_name(out.dtype) + " (expected " +
+                        plugin::dtype_name(expected) + ")");
+  if (plan.out_numel == 0) return;
+  using Reducer = void (*)(const ReducePlan&, bool, char*);
+  Reducer reducer = dispatch<kAllMask>(in.dtype, op, [&](auto tag) -> Reducer {
+    using T = typename decltype(tag)::type;
+    return [](const ReducePlan& p, bool all, char* dst) {
+      // 0/1 bytes: bool and uint8 outputs alike.
+      auto* acc = reinterpret_cast<uint8_t*>(dst);
+      std::fill(acc, acc + p.out_numel, static_cast<uint8_t>(all ? 1 : 0));
+      for_each_row_split<T>(p, [&](const T* ptr, int64_t stride, int64_t n, int64_t out_index, int64_t out_step,
+                                   int64_t, int64_t) {
+        for (int64_t i = 0; i < n; ++i) {
+          const bool nonzero = convert<double>(ptr[i * stride]) != 0.0;  // NaN != 0
+          uint8_t& a = acc[out_index + i * out_step];
+          a = all ? static_cast<uint8_t>(a && nonzero) : static_cast<uint8_t>(a || nonzero);
+        }
+      });
+    };
+  });
+  char* dst = out.data;
+  const bool all = is_all;
+  submit(call, [plan, all, dst, reducer] { reducer(plan, all, dst); });
+}
+
+// all.out / any.out (self, int dim, bool keepdim)
+template <bool IsAll>
+void logical_reduce_dim_out(const fl_kernel_call* call) {
+  const char* op = IsAll ? "aten::all.out" : "aten::any.out";
+  Args args(call);
+  launch_logical_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op),
+                        std::vector<int64_t>{args.integer(1)}, IsAll);
+}
+
+// all.dims_out / any.dims_out (self, int[]? dim, bool keepdim): None reduces every dim, []
+// none.
+template <bool IsAll>
+void logical_reduce_dims_out(const fl_kernel_call* call) {
+  const char* op = IsAll ? "aten::all.dims_out" : "aten::any.dims_out";
+  Args args(call);
+  std::optional<std::vector<int64_t>> dims;
+  if (!args.is_none(1)) dims = args.ints(1);
+  launch_logical_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op), dims, IsAll);
+}
+
+// all.all_out / any.all_out (self)
+template <bool IsAll>
+void logical_reduce_all_out(const fl_kernel_call* call) {
+  const char* op = IsAll ? "aten::all.all_out" : "aten::any.all_out";
+  Args args(call);
+  launch_logical_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op), std::nullopt, IsAll);
+}
+
 }  // namespace
 
 void register_reduction_kernels(KernelRegistry& r) {
@@ -473,6 +539,12 @@ void register_reduction_kernels(KernelRegistry& r) {
   r.add("aten::argmin.out", kAllMask, f, guarded<argmin_out>);
   r.add("aten::max.dim_max", kAllMask, f, guarded<max_dim_max>);
   r.add("aten::min.dim_min", kAllMask, f, guarded<min_dim_min>);
+  r.add("aten::all.out", kAllMask, f | FL_KERNEL_DETERMINISTIC, guarded<logical_reduce_dim_out<true>>);
+  r.add("aten::all.dims_out", kAllMask, f | FL_KERNEL_DETERMINISTIC, guarded<logical_reduce_dims_out<true>>);
+  r.add("aten::all.all_out", kAllMask, f | FL_KERNEL_DETERMINISTIC, guarded<logical_reduce_all_out<true>>);
+  r.add("aten::any.out", kAllMask, f | FL_KERNEL_DETERMINISTIC, guarded<logical_reduce_dim_out<false>>);
+  r.add("aten::any.dims_out", kAllMask, f | FL_KERNEL_DETERMINISTIC, guarded<logical_reduce_dims_out<false>>);
+  r.add("aten::any.all_out", kAllMask, f | FL_KERNEL_DETERMINISTIC, guarded<logical_reduce_all_out<false>>);
   r.add("aten::linalg_vector_norm.out", kFloatingMask, f | FL_KERNEL_DETERMINISTIC, guarded<linalg_vector_norm_out>);
 }
 

@@ -1,5 +1,5 @@
-"""The CPU plugin's predicate, logical, all/any, tril/triu and bitwise_not kernels: what
-attention masks and `F.scaled_dot_product_attention` call. On fl, SDPA runs ATen's math
+"""The CPU plugin's predicate, logical, all/any, tril/triu, bitwise_not and arange kernels:
+what attention masks, position ids and `F.scaled_dot_product_attention` call. On fl, SDPA runs ATen's math
 path, whose safe softmax calls isneginf and all on every call; without these kernels each
 went through the CPU fallback (two host round trips per attention layer). Each result
 equals PyTorch's CPU one bit for bit and runs in the native tier."""
@@ -145,6 +145,17 @@ def test_bitwise_not_matches_cpu(dtype):
     y = x.to("fl:0")
     y.bitwise_not_()
     assert torch.equal(y.cpu(), ~x)
+
+
+@pytest.mark.parametrize("args,dtype", [((10,), None), ((2, 11, 3), None), ((0, 1, 0.1), None),
+                                        ((-3.5, 4, 0.25), torch.float64), ((0, 5), torch.bfloat16),
+                                        ((5, -7, -2), torch.int32), ((0, 1, 0.1), torch.float16), ((4, 4), None)])
+def test_arange_matches_cpu(args, dtype):
+    torch_fl.reset_fallback_stats()
+    got = torch.arange(*args, dtype=dtype, device="fl:0")
+    want = torch.arange(*args, dtype=dtype)
+    assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
+    assert _fallbacks("aten::arange") == 0
 
 
 def _attention_inputs(dtype=torch.float32):

@@ -1,4 +1,4 @@
-// case_catalog_nn.cpp — cases for reductions (vector norms, all/any included), tril/triu,
+// case_catalog_nn.cpp — cases for reductions (vector norms, all/any included), tril/triu, arange,
 // matrix products, softmax, nll_loss, mse_loss, convolution, max_pool2d, layer_norm and
 // batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding allocates them).
 #include "case_catalog.h"
@@ -176,6 +176,30 @@ CatalogEntry triangle() {
     add("diagonal 7 of [3,3]", {3, 3}, 7);
     add("diagonal -9 of [3,3]", {3, 3}, -9);
     add("zero-size [0,3]", {0, 3}, 0);
+    return cases;
+  };
+  return e;
+}
+
+// arange.start_out(Scalar start, Scalar end, Scalar step).
+CatalogEntry arange() {
+  CatalogEntry e;
+  e.build = [](fl_dtype_t dtype, bool) {
+    std::vector<KernelCase> cases;
+    if (dtype == FL_DTYPE_BOOL) return cases;
+    auto add = [&](const std::string& label, double start, double end, double step) {
+      KernelCase c;
+      c.label = label;
+      const auto n = static_cast<int64_t>(std::ceil((end - start) / step));
+      c.inputs = {A::real(start), A::real(end), A::real(step)};
+      c.outputs.push_back({dtype, {std::max<int64_t>(n, 0)}});
+      cases.push_back(std::move(c));
+    };
+    add("0..37 step 1", 0, 37, 1);
+    add("-6..9 step 3", -6, 9, 3);
+    add("20..-5 step -5", 20, -5, -5);
+    if (is_floating(dtype)) add("-1..2 step 0.25", -1, 2, 0.25);
+    add("empty 4..4", 4, 4, 1);
     return cases;
   };
   return e;
@@ -638,6 +662,7 @@ void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& tabl
     table[std::string("aten::") + op + ".all_out"] = logical_reduction(LogicalForm::All);
   }
   table["aten::tril.out"] = triangle();
+  table["aten::arange.start_out"] = arange();
   table["aten::triu.out"] = triangle();
   table["aten::argmin.out"] = index_reduction("argmin", false);
   table["aten::max.dim_max"] = index_reduction("max.dim", true);

@@ -355,6 +355,12 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   if (op.rfind("aten::all.", 0) == 0) return run_logical_reduction(c, true);
   if (op.rfind("aten::any.", 0) == 0) return run_logical_reduction(c, false);
   if (op == "aten::tril.out") return run_triangle(c, true);
+  if (op == "aten::arange.start_out") {
+    std::vector<double> v;
+    for (int64_t i = 0; i < shape_numel(c.outputs.at(0).shape); ++i)
+      v.push_back(number(c.inputs[0]) + static_cast<double>(i) * number(c.inputs[2]));
+    return std::vector<HostTensor>{HostTensor::from_values(c.outputs.at(0).dtype, c.outputs.at(0).shape, v)};
+  }
   if (op == "aten::triu.out") return run_triangle(c, false);
   if (op == "aten::mse_loss.out") return run_mse_loss(c, false);
   if (op == "aten::mse_loss_backward.grad_input") return run_mse_loss(c, true);

@@ -32,6 +32,7 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_pooling_kernels(registry);
     register_foreach_kernels(registry);
     register_triangle_kernels(registry);
+    register_factory_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

@@ -180,8 +180,12 @@ def resnet50_training(device: str, batch_size: int = 256, steps: int = 10) -> di
 
 
 class _GPTBlock(nn.Module):
-    def __init__(self, d: int, heads: int):
+    """A pre-norm transformer block; with `sdpa`, attention is F.scaled_dot_product_attention
+    (causal), as nanoGPT and Hugging Face models call it, else written out with a mask."""
+
+    def __init__(self, d: int, heads: int, sdpa: bool = False):
         super().__init__()
+        self.sdpa = sdpa
         self.ln1 = nn.LayerNorm(d)
         self.qkv = nn.Linear(d, 3 * d)
         self.proj = nn.Linear(d, d)
@@ -194,20 +198,25 @@ class _GPTBlock(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=2)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
-        mask = torch.ones(t, t, device=x.device, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+            mask = torch.ones(t, t, device=x.device, dtype=torch.bool).tril()
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(b, t, d)
         x = x + self.proj(y)
         return x + self.out(F.gelu(self.fc(self.ln2(x))))
 
 
 class GPT2Small(nn.Module):
-    def __init__(self, vocab: int = 50257, d: int = 768, layers: int = 12, heads: int = 12, ctx: int = 1024):
+    def __init__(self, vocab: int = 50257, d: int = 768, layers: int = 12, heads: int = 12, ctx: int = 1024,
+                 sdpa: bool = False):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(ctx, d)
-        self.blocks = nn.Sequential(*[_GPTBlock(d, heads) for _ in range(layers)])
+        self.blocks = nn.Sequential(*[_GPTBlock(d, heads, sdpa) for _ in range(layers)])
         self.ln = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
 
@@ -217,10 +226,13 @@ class GPT2Small(nn.Module):
         return self.head(self.ln(self.blocks(x)))
 
 
-def gpt2_step(device: str, batch: int = 8, seq: int = 512):
-    """One bf16-autocast AdamW step of a GPT-2-small-shaped model, as a closure."""
+def gpt2_step(device: str, batch: int = 8, seq: int = 512, clip: float | None = None, sdpa: bool = False):
+    """One bf16-autocast AdamW step of a GPT-2-small-shaped model, as a closure; with `clip`,
+    the gradients are clipped to that total norm first (clip_grad_norm_, as LLM training does);
+    with `sdpa`, attention is F.scaled_dot_product_attention (on cuda:0 a fused flash kernel,
+    on fl ATen's math path over the plugin's kernels)."""
     torch.manual_seed(0)
-    model = GPT2Small().to(device)
+    model = GPT2Small(sdpa=sdpa).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     idx = torch.randint(0, 50257, (batch, seq), device=device)
 
@@ -230,6 +242,8 @@ def gpt2_step(device: str, batch: int = 8, seq: int = 512):
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), idx.view(-1))
         opt.zero_grad()
         loss.backward()
+        if clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
 
     return step
@@ -238,6 +252,40 @@ def gpt2_step(device: str, batch: int = 8, seq: int = 512):
 def gpt2_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -> dict:
     seconds = _timed_steps(gpt2_step(device, batch, seq), device, 2, steps)
     return {f"GPT-2 small train {batch}x{seq} bf16 (tokens/s)": batch * seq * steps / seconds}
+
+
+def gpt2_clipped_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -> dict:
+    seconds = _timed_steps(gpt2_step(device, batch, seq, clip=1.0), device, 2, steps)
+    return {f"GPT-2 small train {batch}x{seq} bf16, clip_grad_norm_ (tokens/s)": batch * seq * steps / seconds}
+
+
+def gpt2_sdpa_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -> dict:
+    seconds = _timed_steps(gpt2_step(device, batch, seq, clip=1.0, sdpa=True), device, 2, steps)
+    return {f"GPT-2 small train {batch}x{seq} bf16, SDPA + clip_grad_norm_ (tokens/s)": batch * seq * steps / seconds}
+
+
+def regression_step(device: str, batch_size: int = 1024):
+    """One AdamW step of an MLP regressor (MSE loss, gradients clipped to norm 1), as a closure:
+    the loss and the clipping every regression loop calls."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 512), nn.GELU(), nn.Linear(512, 512), nn.GELU(), nn.Linear(512, 16)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(batch_size, 64, device=device)
+    y = torch.randn(batch_size, 16, device=device)
+
+    def step():
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    return step
+
+
+def regression_training(device: str, batch_size: int = 1024, steps: int = 100) -> dict:
+    """Samples/s of the MLP regressor's training steps."""
+    seconds = _timed_steps(regression_step(device, batch_size), device, 5, steps)
+    return {f"MLP regression train b={batch_size}, MSE + clip_grad_norm_ (samples/s)": batch_size * steps / seconds}
 
 
 def gemm_and_bandwidth(device: str, n: int = 8192, add_bytes: int = 1 << 30) -> dict:
@@ -255,13 +303,16 @@ def gemm_and_bandwidth(device: str, n: int = 8192, add_bytes: int = 1 << 30) -> 
 
 
 # The training steps by workload name, for bench/profile_step.py.
-TRAINING_STEPS = {"cnn": cnn_step, "resnet50": resnet50_step, "gpt2": gpt2_step}
+TRAINING_STEPS = {"cnn": cnn_step, "resnet50": resnet50_step, "gpt2": gpt2_step, "regression": regression_step}
 
 WORKLOADS = {
     "small_ops": small_ops,
     "cnn": cnn_training,
     "resnet50": resnet50_training,
     "gpt2": gpt2_training,
+    "gpt2_clip": gpt2_clipped_training,
+    "gpt2_sdpa": gpt2_sdpa_training,
+    "regression": regression_training,
     "gemm": gemm_and_bandwidth,
     "wide": wide_forward_backward,
 }

@@ -54,6 +54,40 @@ check("embedding fwd+bwd", lambda w, i: F.embedding(i, w), torch.randn(100, 32),
 check("matmul bmm", lambda a, b: a @ b, torch.randn(4, 64, 32), torch.randn(4, 32, 48), grad=True, atol=1e-3)
 check("addmm transposed", lambda a, b, c: torch.addmm(c, a, b.t()), torch.randn(64, 32), torch.randn(48, 32), torch.randn(48), grad=True, atol=1e-3)
 check("cat/tril/arange", lambda a: (torch.cat([a, a * 2], 1), a.tril(), torch.arange(3, 17, device=a.device) * 1.0), torch.randn(16, 16))
+check("vector_norm ord 2/1/0/inf/-inf over dims",
+      lambda a: tuple(torch.linalg.vector_norm(a, o, d) for o in (2, 1, 0, float("inf"), float("-inf"))
+                      for d in (None, 1, (0, 2), -1)), x4, rtol=1e-5)
+check("vector_norm fwd+bwd, transposed, bf16, f64 out",
+      lambda a: (torch.linalg.vector_norm(a.transpose(1, 3), dim=(1, 2)),
+                 torch.linalg.vector_norm(a.to(torch.bfloat16), dim=-1),
+                 torch.linalg.vector_norm(a, dtype=torch.float64), torch.linalg.vector_norm(a, 3, dim=1)),
+      x4, grad=True, atol=1e-2, rtol=1e-2)
+check("mse_loss mean/sum/none fwd+bwd",
+      lambda a, b: (F.mse_loss(a, b), F.mse_loss(a, b, reduction="sum"), F.mse_loss(a, b, reduction="none")),
+      torch.randn(64, 33), torch.randn(64, 33), grad=True, rtol=1e-5)
+special = torch.tensor([[1.5, 0.0, float("nan"), float("inf"), -2.0], [0.0] * 5,
+                        [-float("inf"), 3.0, 1.0, 0.25, 7.0], [4.0, -1.0, 0.0, 2.0, float("nan")]])
+check("isnan/isposinf/isneginf/logical_*/all/any",
+      lambda a, i: tuple(t.float() for t in (
+          a.isnan(), a.isposinf(), a.isneginf(), a.isinf(), torch.logical_and(a, 1 - a),
+          torch.logical_or(a, a[2:3]), torch.logical_xor(a.t(), a[0].unsqueeze(1)), a.all(1), a.any(0), a.all(),
+          a.any(), a.all(dim=[]), a.t().any(dim=(0,), keepdim=True), a.to(torch.bfloat16).all(1), i.any(1),
+          i.all(0), ~(a > 0), i.to(torch.int32).bitwise_not(), torch.zeros(2, 0, device=a.device).all(1))),
+      special, torch.tensor([[3, 0, -1, 7, 0], [0] * 5, [1, 2, 3, 4, 5], [0, 0, 9, 0, 0]]))
+check("tril/triu diagonals, batched, in place bf16",
+      lambda a: (a.tril(-1), a.triu(2), a.transpose(-1, -2).tril(), a.to(torch.bfloat16).tril_(1).float(),
+                 torch.ones(2, 5, 5, dtype=torch.bool, device=a.device).triu(1).float()), torch.randn(3, 6, 5))
+sdpa_mask = torch.rand(16, 16, generator=torch.Generator().manual_seed(1)) > 0.3
+sdpa_mask[5] = False  # a fully masked row: zeros (safe softmax), not NaN
+check("SDPA causal / bool mask / float mask fwd+bwd",
+      lambda q, k, v, m, f: (F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             F.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                             F.scaled_dot_product_attention(q, k, v, attn_mask=f)),
+      torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), torch.randn(2, 4, 16, 8), sdpa_mask, torch.randn(16, 16),
+      grad=True, atol=1e-4, rtol=1e-4)
+check("SDPA causal bf16 fwd+bwd",
+      lambda q, k, v: F.scaled_dot_product_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True),
+      torch.randn(2, 4, 64, 32), torch.randn(2, 4, 64, 32), torch.randn(2, 4, 64, 32), grad=True, atol=3e-2, rtol=3e-2)
 check("sum/mean/amax/argmax", lambda a: (a.sum(0), a.mean((1, 2)), a.amax(-1), a.argmax(1).float()), x4)
 check("max_pool2d fwd+bwd", lambda x: F.max_pool2d(x, 2), x4, grad=True)
 causal = torch.ones(16, 16, dtype=torch.bool).tril()

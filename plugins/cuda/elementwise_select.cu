@@ -1,6 +1,7 @@
-// elementwise_select.cu — maximum, minimum, clamp (Scalar and Tensor bounds), where, and the
-// comparisons eq/ne/lt/le/gt/ge (bool output, compared in the promoted input type). NaN
-// propagates through maximum/minimum/clamp as in ATen.
+// elementwise_select.cu — maximum, minimum, clamp (Scalar and Tensor bounds), where, the
+// comparisons eq/ne/lt/le/gt/ge (bool output, compared in the promoted input type) and
+// logical_and/or/xor (bool output; NaN counts as true). NaN propagates through
+// maximum/minimum/clamp as in ATen.
 #include "elementwise.cuh"
 #include "kernels.hpp"
 #include "kernel_glue.hpp"
@@ -72,6 +73,23 @@ struct CompareOp : OpTraits {
   }
 };
 
+enum LogicalKind { kAnd, kOr, kXor };
+
+template <class C>
+struct LogicalOp : OpTraits {
+  static constexpr bool kBoolOut = true;
+  int kind;
+  explicit LogicalOp(const OpParams& q) : kind(q.mode) {}
+  __device__ bool operator()(C a, C b) const {
+    const bool x = a != C(0), y = b != C(0);  // NaN != 0: true
+    switch (kind) {
+      case kAnd: return x && y;
+      case kOr: return x || y;
+      default: return x != y;
+    }
+  }
+};
+
 fl_status_t run_compare(const fl_kernel_call* call, CompareKind kind, const char* name) {
   return plugin::guard([&] {
     const LaunchContext ctx = begin_kernel(call);
@@ -81,6 +99,21 @@ fl_status_t run_compare(const fl_kernel_call* call, CompareKind kind, const char
     OpParams q;
     q.mode = kind;
     launch_elementwise<CompareOp, 2>(name, p, compute_kind_for(p, ins, false), q, ctx);
+  });
+}
+
+// Inputs of any real dtypes, tested in their promoted type (as the comparisons). Only a bool
+// output is served; for another output dtype (ATen writes 0/1) the core falls back.
+fl_status_t run_logical(const fl_kernel_call* call, LogicalKind kind, const char* name) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    if (a.output(0).dtype != FL_DTYPE_BOOL) unsupported_dtype(name, a.output(0).dtype);
+    const std::vector<ElementwiseInput> ins = {elementwise_input(a, 0), elementwise_input(a, 1)};
+    const ElementwiseOperands p = plan_elementwise(a.output(0), ins);
+    OpParams q;
+    q.mode = kind;
+    launch_elementwise<LogicalOp, 2>(name, p, compute_kind_for(p, ins, false), q, ctx);
   });
 }
 
@@ -199,5 +232,9 @@ FL_CUDA_KERNEL(k_lt_out) { return run_compare(call, kLt, "aten::lt"); }
 FL_CUDA_KERNEL(k_le_out) { return run_compare(call, kLe, "aten::le"); }
 FL_CUDA_KERNEL(k_gt_out) { return run_compare(call, kGt, "aten::gt"); }
 FL_CUDA_KERNEL(k_ge_out) { return run_compare(call, kGe, "aten::ge"); }
+// logical_and.out / logical_or.out / logical_xor.out(self, other).
+FL_CUDA_KERNEL(k_logical_and_out) { return run_logical(call, kAnd, "aten::logical_and"); }
+FL_CUDA_KERNEL(k_logical_or_out) { return run_logical(call, kOr, "aten::logical_or"); }
+FL_CUDA_KERNEL(k_logical_xor_out) { return run_logical(call, kXor, "aten::logical_xor"); }
 
 }  // namespace fl::cuda

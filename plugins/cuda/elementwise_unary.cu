@@ -1,10 +1,13 @@
 // elementwise_unary.cu — unary math (sqrt, rsqrt, neg, exp, log, abs, tanh, sigmoid, relu,
-// reciprocal), the activations gelu (none / tanh) and silu, and the backward formulas
-// threshold_backward, gelu_backward, silu_backward, tanh_backward, sigmoid_backward,
-// native_dropout_backward. Formulas follow ATen's CUDA kernels.
+// reciprocal), the tests isnan/isposinf/isneginf (bool output), the activations gelu
+// (none / tanh) and silu, and the backward formulas threshold_backward, gelu_backward,
+// silu_backward, tanh_backward, sigmoid_backward, native_dropout_backward. Formulas follow
+// ATen's CUDA kernels.
 #include "elementwise.cuh"
 #include "kernels.hpp"
 #include "kernel_glue.hpp"
+
+#include <cmath>
 
 namespace fl::cuda {
 namespace {
@@ -141,6 +144,22 @@ template <class C> struct LogicalNotOp : OpTraits {
   __device__ C operator()(C a) const { return a == C(0) ? C(1) : C(0); }
 };
 
+// isnan (mode 0), isposinf (1), isneginf (2), on the value widened to its compute type (float
+// for the half types, which keeps NaN and inf); integers and bool are never NaN or infinite.
+template <class C> struct FloatClassOp : OpTraits {
+  static constexpr bool kBoolOut = true;
+  int mode;
+  explicit FloatClassOp(const OpParams& q) : mode(q.mode) {}
+  __device__ bool operator()(C a) const {
+    if constexpr (std::is_floating_point_v<C>) {
+      if (mode == 0) return isnan_(a);
+      return mode == 1 ? a == C(INFINITY) : a == C(-INFINITY);
+    } else {
+      return false;
+    }
+  }
+};
+
 template <template <class> class Op, int N>
 fl_status_t run_op(const fl_kernel_call* call, const char* name, const OpParams& q) {
   return plugin::guard([&] {
@@ -158,6 +177,17 @@ int gelu_mode(const Args& a, int32_t i) {
   if (approximate.empty() || approximate == "none") return 0;
   if (approximate == "tanh") return 1;
   plugin::raise(FL_ERR_INVALID_ARGUMENT, "aten::gelu: approximate '" + approximate + "' is not none or tanh");
+}
+
+// A bool output only (ATen's isposinf/isneginf refuse others); another is declined.
+fl_status_t run_float_class(const fl_kernel_call* call, int mode, const char* name) {
+  return plugin::guard([&] {
+    const fl_tensor& out = Args(call).output(0);
+    if (out.dtype != FL_DTYPE_BOOL) unsupported_dtype(name, out.dtype);
+    OpParams q;
+    q.mode = mode;
+    return run_op<FloatClassOp, 1>(call, name, q);
+  });
 }
 
 }  // namespace
@@ -186,6 +216,10 @@ FL_CUDA_KERNEL(k_bitwise_not_out) {
   return plugin::fail(FL_ERR_INVALID_ARGUMENT, "aten::bitwise_not: bad arguments");
 }
 FL_CUDA_KERNEL(k_logical_not_out) { return run_op<LogicalNotOp, 1>(call, "aten::logical_not", {}); }
+// isnan.out / isposinf.out / isneginf.out(self): any real input, bool output.
+FL_CUDA_KERNEL(k_isnan_out) { return run_float_class(call, 0, "aten::isnan"); }
+FL_CUDA_KERNEL(k_isposinf_out) { return run_float_class(call, 1, "aten::isposinf"); }
+FL_CUDA_KERNEL(k_isneginf_out) { return run_float_class(call, 2, "aten::isneginf"); }
 FL_CUDA_KERNEL(k_silu_out) { return run_op<SiluOp, 1>(call, "aten::silu", {}); }
 FL_CUDA_KERNEL(k_silu_backward) { return run_op<SiluBackwardOp, 2>(call, "aten::silu_backward", {}); }
 FL_CUDA_KERNEL(k_tanh_backward) { return run_op<TanhBackwardOp, 2>(call, "aten::tanh_backward", {}); }

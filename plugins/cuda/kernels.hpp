@@ -29,6 +29,9 @@ fl_status_t k_lt_out(const fl_kernel_call* call);
 fl_status_t k_le_out(const fl_kernel_call* call);
 fl_status_t k_gt_out(const fl_kernel_call* call);
 fl_status_t k_ge_out(const fl_kernel_call* call);
+fl_status_t k_logical_and_out(const fl_kernel_call* call);
+fl_status_t k_logical_or_out(const fl_kernel_call* call);
+fl_status_t k_logical_xor_out(const fl_kernel_call* call);
 
 // elementwise_unary.cu
 fl_status_t k_sqrt_out(const fl_kernel_call* call);
@@ -43,6 +46,9 @@ fl_status_t k_relu_out(const fl_kernel_call* call);
 fl_status_t k_reciprocal_out(const fl_kernel_call* call);
 fl_status_t k_bitwise_not_out(const fl_kernel_call* call);
 fl_status_t k_logical_not_out(const fl_kernel_call* call);
+fl_status_t k_isnan_out(const fl_kernel_call* call);
+fl_status_t k_isposinf_out(const fl_kernel_call* call);
+fl_status_t k_isneginf_out(const fl_kernel_call* call);
 fl_status_t k_silu_out(const fl_kernel_call* call);
 fl_status_t k_silu_backward(const fl_kernel_call* call);
 fl_status_t k_tanh_backward(const fl_kernel_call* call);
@@ -65,11 +71,20 @@ fl_status_t k_mean_all_out(const fl_kernel_call* call);
 fl_status_t k_amax_out(const fl_kernel_call* call);
 fl_status_t k_amin_out(const fl_kernel_call* call);
 fl_status_t k_argmax_out(const fl_kernel_call* call);
+fl_status_t k_linalg_vector_norm_out(const fl_kernel_call* call);
+fl_status_t k_mse_loss_out(const fl_kernel_call* call);
+fl_status_t k_mse_loss_backward(const fl_kernel_call* call);
 fl_status_t k_argmin_out(const fl_kernel_call* call);
 fl_status_t k_max_dim(const fl_kernel_call* call);
 fl_status_t k_min_dim(const fl_kernel_call* call);
 fl_status_t k_max_all_out(const fl_kernel_call* call);
 fl_status_t k_min_all_out(const fl_kernel_call* call);
+fl_status_t k_all_out(const fl_kernel_call* call);
+fl_status_t k_all_dims_out(const fl_kernel_call* call);
+fl_status_t k_all_all_out(const fl_kernel_call* call);
+fl_status_t k_any_out(const fl_kernel_call* call);
+fl_status_t k_any_dims_out(const fl_kernel_call* call);
+fl_status_t k_any_all_out(const fl_kernel_call* call);
 
 // softmax.cu
 fl_status_t k_softmax_out(const fl_kernel_call* call);

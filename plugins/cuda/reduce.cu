@@ -1,4 +1,5 @@
-// reduce.cu — one reduction engine for sum, mean, amax, amin and argmax over any set of dims.
+// reduce.cu — one reduction engine for sum, mean, amax, amin, argmax, all, any and
+// linalg_vector_norm (orders 0, 1, 2, inf, -inf) over any set of dims.
 // The input's dims are split into kept and reduced groups (each coalesced); output element o
 // reduces over r in [0, n_red). Three launch shapes:
 //  - warp per output, when the reduced group holds the innermost (stride-1) dim and is short;
@@ -14,8 +15,10 @@
 #include "reduce.hpp"
 #include "scratch_buffer.hpp"
 
+#include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -55,6 +58,7 @@ struct ArgPair {
 
 __device__ __forceinline__ float shfl_down(float v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
 __device__ __forceinline__ double shfl_down(double v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
+__device__ __forceinline__ int32_t shfl_down(int32_t v, int o) { return __shfl_down_sync(0xffffffffu, v, o); }
 __device__ __forceinline__ int64_t shfl_down(int64_t v, int o) {
   return static_cast<int64_t>(__shfl_down_sync(0xffffffffu, static_cast<long long>(v), o));
 }
@@ -121,6 +125,51 @@ struct ArgPolicy {
     return a.i < b.i ? a : b;
   }
   __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t) { store_as(out, o, dt, a.i); }
+};
+
+// linalg_vector_norm, as ATen's CUDA norm reductions: kZero counts the non-zero elements (NaN
+// included), kOne sums |x|, kTwo is sqrt(sum x^2), kInf/kNegInf the max/min of |x| (NaN
+// propagates), accumulated in A (float for the half types and float32, double for float64).
+enum class NormOrder { kZero, kOne, kTwo, kInf, kNegInf };
+
+template <class A, NormOrder K>
+struct NormPolicy {
+  using Acc = A;
+  __device__ static Acc identity() { return K == NormOrder::kNegInf ? highest<A>() : A(0); }
+  __device__ static Acc load(const void* in, int64_t off, fl_dtype_t dt, int64_t) {
+    const A v = dmath::abs_(load_as<A>(in, off, dt));
+    if constexpr (K == NormOrder::kZero) return v != A(0) ? A(1) : A(0);
+    else if constexpr (K == NormOrder::kTwo) return v * v;
+    else return v;
+  }
+  __device__ static Acc combine(Acc a, Acc b) {
+    if constexpr (K == NormOrder::kInf || K == NormOrder::kNegInf) {
+      if (dmath::isnan_(a)) return a;
+      if (dmath::isnan_(b)) return b;
+      if constexpr (K == NormOrder::kInf) return a > b ? a : b;
+      else return a < b ? a : b;
+    } else {
+      return a + b;
+    }
+  }
+  __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t) {
+    if constexpr (K == NormOrder::kTwo) store_as(out, o, dt, dmath::sqrt_(a));
+    else store_as(out, o, dt, a);
+  }
+};
+
+// all (kAll) / any: x != 0 (NaN counts as non-zero), read as A (double for float64, float for
+// the other floats, int64 for integers and bool), combined with and / or; an empty set gives
+// true for all, false for any. Stored as 0/1 (the output is bool or uint8).
+template <class A, bool kAll>
+struct AllAnyPolicy {
+  using Acc = int32_t;
+  __device__ static Acc identity() { return kAll ? 1 : 0; }
+  __device__ static Acc load(const void* in, int64_t off, fl_dtype_t dt, int64_t) {
+    return load_as<A>(in, off, dt) != A(0) ? 1 : 0;
+  }
+  __device__ static Acc combine(Acc a, Acc b) { return kAll ? (a & b) : (a | b); }
+  __device__ static void store(void* out, int64_t o, fl_dtype_t dt, Acc a, int64_t) { store_as(out, o, dt, a); }
 };
 
 template <class P>
@@ -408,6 +457,12 @@ void launch_sum(const fl_tensor& in, const std::vector<int>& dims, const fl_tens
   run_reduce("sum", ReduceOp::Sum, in, mask, out, ctx);
 }
 
+void launch_mean(const fl_tensor& in, const std::vector<int>& dims, const fl_tensor& out, const LaunchContext& ctx) {
+  std::vector<bool> mask(static_cast<size_t>(in.ndim), false);
+  for (int d : dims) mask[static_cast<size_t>(normalize_dim(d, in.ndim, "mean"))] = true;
+  run_reduce("mean", ReduceOp::Mean, in, mask, out, ctx);
+}
+
 // sum.IntList_out(self, dim?, keepdim, dtype?) and sum.out(self, dtype?) (all dims).
 FL_CUDA_KERNEL(k_sum_out) { return reduce_entry(call, "aten::sum", ReduceOp::Sum, true); }
 FL_CUDA_KERNEL(k_sum_all_out) { return reduce_entry(call, "aten::sum", ReduceOp::Sum, false); }
@@ -464,5 +519,109 @@ FL_CUDA_KERNEL(k_argmax_out) { return arg_entry(call, "aten::argmax", ReduceOp::
 FL_CUDA_KERNEL(k_argmin_out) { return arg_entry(call, "aten::argmin", ReduceOp::Argmin); }
 FL_CUDA_KERNEL(k_max_dim) { return dim_extreme_entry(call, "aten::max.dim", true); }
 FL_CUDA_KERNEL(k_min_dim) { return dim_extreme_entry(call, "aten::min.dim", false); }
+
+namespace {
+
+// How all/any's overloads name the reduced dims: all.out(self, int dim, keepdim), all.dims_out
+// (self, int[]? dim, keepdim: None reduces every dim, [] none) and all.all_out(self).
+enum class AllAnyDims { kOne, kList, kEvery };
+
+std::vector<bool> all_any_mask(const Args& a, const fl_tensor& in, AllAnyDims dims, const char* name) {
+  std::vector<bool> mask(static_cast<size_t>(in.ndim), true);
+  if (dims == AllAnyDims::kOne) {
+    const int32_t d = normalize_dim(a.integer(1), in.ndim, name);
+    if (in.ndim > 0) {
+      std::fill(mask.begin(), mask.end(), false);
+      mask[static_cast<size_t>(d)] = true;
+    }
+  } else if (dims == AllAnyDims::kList && !a.is_none(1)) {
+    std::fill(mask.begin(), mask.end(), false);
+    for (int64_t d : a.ints(1)) {
+      const int32_t nd = normalize_dim(d, in.ndim, name);
+      if (in.ndim == 0) continue;
+      if (mask[static_cast<size_t>(nd)])
+        plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": dim " + std::to_string(d) + " repeated");
+      mask[static_cast<size_t>(nd)] = true;
+    }
+  }
+  return mask;
+}
+
+// Any real input; a bool or uint8 output (ATen's out= accepts both; a uint8 input gives uint8).
+fl_status_t all_any_entry(const fl_kernel_call* call, const char* name, bool is_all, AllAnyDims dims) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const fl_tensor& in = device_tensor(a, 0, name);
+    const fl_tensor& out = a.output(0);
+    if (!is_real_dtype(in.dtype)) unsupported_dtype(name, in.dtype);
+    if (out.dtype != FL_DTYPE_BOOL && out.dtype != FL_DTYPE_UINT8) unsupported_dtype(name, out.dtype);
+    const ReduceGeometry g = make_geometry(in, all_any_mask(a, in, dims, name));
+    if (plugin::numel(out) != g.out_count)
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output has " + std::to_string(plugin::numel(out)) +
+                                                 " elements, expected " + std::to_string(g.out_count));
+    auto launch = [&](auto tag) {
+      using A = decltype(tag);
+      if (is_all) launch_policy<AllAnyPolicy<A, true>>(g, in, out, ctx);
+      else launch_policy<AllAnyPolicy<A, false>>(g, in, out, ctx);
+    };
+    if (in.dtype == FL_DTYPE_FLOAT64) launch(double{});
+    else if (is_floating_dtype(in.dtype)) launch(float{});
+    else launch(int64_t{});
+  });
+}
+
+}  // namespace
+
+FL_CUDA_KERNEL(k_all_out) { return all_any_entry(call, "aten::all", true, AllAnyDims::kOne); }
+FL_CUDA_KERNEL(k_all_dims_out) { return all_any_entry(call, "aten::all", true, AllAnyDims::kList); }
+FL_CUDA_KERNEL(k_all_all_out) { return all_any_entry(call, "aten::all", true, AllAnyDims::kEvery); }
+FL_CUDA_KERNEL(k_any_out) { return all_any_entry(call, "aten::any", false, AllAnyDims::kOne); }
+FL_CUDA_KERNEL(k_any_dims_out) { return all_any_entry(call, "aten::any", false, AllAnyDims::kList); }
+FL_CUDA_KERNEL(k_any_all_out) { return all_any_entry(call, "aten::any", false, AllAnyDims::kEvery); }
+
+// linalg_vector_norm.out(self, Scalar ord=2, int[1]? dim=None, bool keepdim=False, *,
+// ScalarType? dtype=None): floating input; the output has the input's dtype or is float64
+// (then the input is read as double, what ATen's conversion to float64 first computes).
+// Other orders (3, 0.5, -1, ...) and dtype pairs are declined: the core runs them elsewhere.
+FL_CUDA_KERNEL(k_linalg_vector_norm_out) {
+  return plugin::guard([&] {
+    const char* name = "aten::linalg_vector_norm";
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const fl_tensor& in = device_tensor(a, 0, name);
+    const fl_tensor& out = a.output(0);
+    const double ord = a.is_none(1) ? 2.0 : a.number(1);
+    if (!is_floating_dtype(in.dtype)) unsupported_dtype(name, in.dtype);
+    if (out.dtype != in.dtype && out.dtype != FL_DTYPE_FLOAT64) unsupported_dtype(name, out.dtype);
+    NormOrder order;
+    if (ord == 0.0) order = NormOrder::kZero;
+    else if (ord == 1.0) order = NormOrder::kOne;
+    else if (ord == 2.0) order = NormOrder::kTwo;
+    else if (std::isinf(ord)) order = ord > 0 ? NormOrder::kInf : NormOrder::kNegInf;
+    else plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": order " + std::to_string(ord));
+    const ReduceGeometry g = make_geometry(in, reduce_mask(a, 2, in, name));
+    if (plugin::numel(out) != g.out_count)
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output has " + std::to_string(plugin::numel(out)) +
+                                                 " elements, expected " + std::to_string(g.out_count));
+    if (g.red_count == 0 && g.out_count > 0 && (order == NormOrder::kInf || order == NormOrder::kNegInf))
+      plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": cannot compute the " +
+                                                 (order == NormOrder::kInf ? "inf" : "-inf") +
+                                                 " norm on an empty tensor because the operation does not have an identity");
+    const bool dbl = in.dtype == FL_DTYPE_FLOAT64 || out.dtype == FL_DTYPE_FLOAT64;
+    auto launch = [&](auto tag) {
+      using A = decltype(tag);
+      switch (order) {
+        case NormOrder::kZero: return launch_policy<NormPolicy<A, NormOrder::kZero>>(g, in, out, ctx);
+        case NormOrder::kOne: return launch_policy<NormPolicy<A, NormOrder::kOne>>(g, in, out, ctx);
+        case NormOrder::kTwo: return launch_policy<NormPolicy<A, NormOrder::kTwo>>(g, in, out, ctx);
+        case NormOrder::kInf: return launch_policy<NormPolicy<A, NormOrder::kInf>>(g, in, out, ctx);
+        case NormOrder::kNegInf: return launch_policy<NormPolicy<A, NormOrder::kNegInf>>(g, in, out, ctx);
+      }
+    };
+    if (dbl) launch(double{});
+    else launch(float{});
+  });
+}
 
 }  // namespace fl::cuda

@@ -106,6 +106,7 @@ OpInfo& op_info(const c10::OperatorHandle& op) {
   auto info = analyse(op.schema());
   info->seeded = op.hasTag(at::Tag::nondeterministic_seeded);
   info->pointwise = op.hasTag(at::Tag::pointwise);
+  info->refuses_overlapping_out = info->kernel_name == "aten::cat.out";
   std::unique_lock lock(infos_mutex());
   auto [it, inserted] = infos().emplace(key, std::move(info));
   return *it->second;

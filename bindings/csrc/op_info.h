@@ -48,6 +48,9 @@ struct OpInfo {
   // Tagged pointwise (add_, mul_, clamp_...): TensorIterator ops, which refuse an output that
   // overlaps itself or partly overlaps an input; the router checks the same (op_router.cpp).
   bool pointwise = false;
+  // cat: ATen refuses an out= whose elements overlap each other or any input's (the router
+  // checks the same, with ATen's messages; the meta pass ran on meta tensors).
+  bool refuses_overlapping_out = false;
   // Per plugin (by index in the runtime's plugin list): resolved table entry, or nullptr.
   std::vector<const fl_kernel_entry*> entries;
   std::atomic<bool> entries_resolved{false};

@@ -21,6 +21,7 @@
 #include <torch/library.h>
 
 #include <chrono>
+#include <exception>
 #include <mutex>
 
 namespace fl::binding {
@@ -144,7 +145,7 @@ void push_results(const c10::OperatorHandle& op, const OpInfo& info, torch::jit:
 // Tier 1. False when the plugin cannot serve this call (no entry, dtype, layout, refusal);
 // then `why_not` says which, for the fallback's warning.
 bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
-                c10::DeviceIndex device, std::string& why_not) {
+                c10::DeviceIndex device, std::string& why_not, std::exception_ptr& meta_error) {
   auto& rt = runtime();
   const fl::LogicalDevice& dev = rt.device(device);
   const fl_kernel_entry* entry = entry_for(info, dev);
@@ -167,7 +168,7 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
     return false;
   };
   if (info.meta_unavailable.load(std::memory_order_relaxed)) return meta_declined();
-  const OutputMeta meta = output_meta(op, info, args);
+  const OutputMeta meta = output_meta(op, info, args, &meta_error);
   if (!meta) return meta_declined();
 
   const c10::Device fl_device(c10::DeviceType::PrivateUse1, device);
@@ -202,10 +203,23 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
       for (const auto& v : inputs)
         if (v.isTensor() && v.toTensor().defined()) at::assert_no_partial_overlap(t, v.toTensor());
     }
+    if (info.refuses_overlapping_out) {
+      at::assert_no_internal_overlap(t);
+      for (const auto& v : inputs) {
+        std::vector<at::Tensor> members;
+        append_tensors(v, members);
+        for (const auto& m : members)
+          if (m.defined()) at::assert_no_overlap(t, m);
+      }
+    }
     bool temp = !strided_out && !t.is_contiguous();
     if (!aliasing_ok) {
-      for (const auto& v : inputs)
+      for (const auto& v : inputs) {
         if (v.isTensor() && overlaps(v.toTensor(), t)) temp = true;
+        if (v.isTensorList())  // a list's members (cat's inputs) are inputs too
+          for (const at::Tensor& m : v.toTensorList())
+            if (overlaps(m, t)) temp = true;
+      }
     }
     if (temp) t = at::empty(t.sizes(), t.options());
   }
@@ -289,16 +303,21 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const DeviceTimedScope timed(info, device);
 
   std::string why_not;  // empty (no allocation) unless the native tier declines
-  if (device >= 0 && try_native(op, info, stack, device, why_not)) {
+  // The Meta kernel's exception for this call, if it raised one: most are the user's error,
+  // which ATen's own kernel in the CPU fallback raises again; where no lower tier runs, it is
+  // the answer (and the op is not warned about as a fallback unless the fallback succeeds).
+  std::exception_ptr meta_error;
+  if (device >= 0 && try_native(op, info, stack, device, why_not, meta_error)) {
     info.calls[static_cast<int>(Tier::Native)].fetch_add(1, std::memory_order_relaxed);
     return;
   }
   if (why_not.empty()) why_not = "no argument is on an fl device";
   auto refuse = [&](const std::string& why) {
+    if (meta_error) std::rethrow_exception(meta_error);
     TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " is not available on fl:",
                                 std::to_string(device), " for dtypes (", dtypes_of(args), "): ", why);
   };
-  if (const GenericKernel* g = find_generic_kernel(info.kernel_name); g != nullptr && device >= 0) {
+  if (const GenericKernel* g = find_generic_kernel(info.kernel_name); g != nullptr && device >= 0 && !meta_error) {
     if (cfg.strict) refuse("no native kernel, and fallback.strict is set (a generic kernel exists)");
     if (cfg.enable_generic_kernel) {
       warn_fallback(info, Tier::Generic, device, args, why_not);
@@ -327,6 +346,13 @@ void route(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // backend", naming a device the caller never used.
   if (!op.hasComputedKernelForDispatchKey(c10::DispatchKey::CPU))
     refuse("no native kernel in the plugin, and PyTorch has no CPU kernel for it to fall back on");
+  if (meta_error) {  // warned only if ATen's kernel serves what the Meta kernel refused
+    const std::vector<c10::IValue> kept(args.begin(), args.end());
+    run_cpu_fallback(op, stack, device);
+    info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);
+    warn_fallback(info, Tier::CpuFallback, device, kept, why_not);
+    return;
+  }
   warn_fallback(info, Tier::CpuFallback, device, args, why_not);
   run_cpu_fallback(op, stack, device);
   info.calls[static_cast<int>(Tier::CpuFallback)].fetch_add(1, std::memory_order_relaxed);

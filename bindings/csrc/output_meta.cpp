@@ -251,7 +251,8 @@ std::optional<std::vector<TensorMeta>> shape_rule(const std::string& name, c10::
 
 }  // namespace
 
-OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRef<c10::IValue> args) {
+OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRef<c10::IValue> args,
+                       std::exception_ptr* meta_error) {
   thread_local std::string key;
   key.clear();
   put(key, &op.schema());
@@ -293,9 +294,12 @@ OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRe
       // An error in the user's call (shapes, dtypes), or one of the Meta kernel alone: some
       // are Python decompositions that fail where the backends' kernels do not
       // (mse_loss_backward of an empty input divides by its numel). Not served natively: the
-      // lower tiers run ATen's own kernel, which raises the real error as ATen would.
+      // lower tiers run ATen's own kernel, which raises the real error as ATen would (or,
+      // where none will run, the router raises this one: `meta_error`).
+      if (meta_error != nullptr) *meta_error = std::current_exception();
       return nullptr;
     } catch (const std::exception&) {  // a Python Meta kernel's exception (torch's python_error)
+      if (meta_error != nullptr) *meta_error = std::current_exception();
       return nullptr;
     }
     std::vector<TensorMeta> outs;

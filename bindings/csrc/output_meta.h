@@ -3,6 +3,8 @@
 // the few ops that have none), cached per input signature so the hot path is one lookup.
 #pragma once
 
+#include <exception>
+
 #include "op_info.h"
 
 #include <ATen/core/ivalue.h>
@@ -27,7 +29,12 @@ using OutputMeta = std::shared_ptr<const std::vector<TensorMeta>>;
 
 // nullptr when PyTorch has no way to tell (then the router skips the native tier). The result
 // is shared with the cache: no copy on the hot path.
-OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRef<c10::IValue> args);
+// `meta_error`, when given, receives the Meta kernel's exception when it raised one for this
+// call (an error in the user's call, or one of a Python decomposition alone); the result is
+// then nullptr, and the caller decides whether a lower tier runs ATen's kernel or the error
+// is the answer.
+OutputMeta output_meta(const c10::OperatorHandle& op, OpInfo& info, c10::ArrayRef<c10::IValue> args,
+                       std::exception_ptr* meta_error = nullptr);
 
 // Entries in the cache (for tests and statistics).
 size_t output_meta_cache_entries();

@@ -152,6 +152,32 @@ def test_strict_mode_turns_fallback_into_not_implemented_error():
     assert "TIER: error" in r.stdout
 
 
+META_ERROR_CODE = textwrap.dedent("""
+    import warnings, torch, torch_fl
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        try:
+            torch.arange(0, 10, -1, device="fl:0")
+        except NotImplementedError as e:
+            print("NIE:", e)
+        except RuntimeError as e:
+            print("RE:", e)
+    print("WARNED:", [str(m.message)[:60] for m in w if "torch_fl" in str(m.message)])
+""")
+
+
+@pytest.mark.parametrize("env", [{"FL_FALLBACK_STRICT": "1"}, {}], ids=["strict", "default"])
+def test_an_error_only_the_meta_kernel_sees_is_atens_error_in_every_mode(env):
+    """arange's bounds are checked by its Meta kernel (the plugin's kernel never sees the
+    call): the user gets ATen's RuntimeError, not strict mode's NotImplementedError, and no
+    fallback warning is spent on a call that failed."""
+    r = run_python(META_ERROR_CODE, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "RE:" in r.stdout and "upper bound and lower bound inconsistent with step sign" in r.stdout, r.stdout
+    assert "NIE:" not in r.stdout
+    assert "WARNED: []" in r.stdout, r.stdout
+
+
 def test_config_file_disabling_cpu_fallback(tmp_path):
     cfg = tmp_path / "config.yaml"
     cfg.write_text("fallback:\n  enable_cpu_fallback: false\n")

@@ -141,7 +141,9 @@ def test_tril_and_triu_match_cpu(dtype):
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64], ids=str)
 def test_bitwise_not_matches_cpu(dtype):
     x = _values(dtype)
+    torch_fl.reset_fallback_stats()
     assert torch.equal((~x.to("fl:0")).cpu(), ~x)
+    assert _natives("aten::bitwise_not") == 1 and _fallbacks("aten::bitwise_not") == 0
     y = x.to("fl:0")
     y.bitwise_not_()
     assert torch.equal(y.cpu(), ~x)
@@ -149,13 +151,14 @@ def test_bitwise_not_matches_cpu(dtype):
 
 @pytest.mark.parametrize("args,dtype", [((10,), None), ((2, 11, 3), None), ((0, 1, 0.1), None),
                                         ((-3.5, 4, 0.25), torch.float64), ((0, 5), torch.bfloat16),
-                                        ((5, -7, -2), torch.int32), ((0, 1, 0.1), torch.float16), ((4, 4), None)])
+                                        ((5, -7, -2), torch.int32), ((0, 1, 0.1), torch.float16), ((4, 4), None),
+                                        ((2**53 + 1, 2**53 + 4), None), ((0, 2**62, 2**60 + 1), None)])
 def test_arange_matches_cpu(args, dtype):
     torch_fl.reset_fallback_stats()
     got = torch.arange(*args, dtype=dtype, device="fl:0")
     want = torch.arange(*args, dtype=dtype)
-    assert got.dtype == want.dtype and torch.equal(got.cpu(), want)
-    assert _fallbacks("aten::arange") == 0
+    assert got.dtype == want.dtype and torch.equal(got.cpu(), want)  # int64 past 2^53 exactly
+    assert _fallbacks("aten::arange") == 0 and _natives("aten::arange") == 1
 
 
 def _attention_inputs(dtype=torch.float32):
@@ -185,7 +188,7 @@ def test_scaled_dot_product_attention_runs_natively_and_matches_cpu(mask_kind):
     got = F.scaled_dot_product_attention(fq, fk, fv, **fl_kwargs)
     got.square().sum().backward()
     stats = torch_fl.fallback_stats()
-    fell_back = {k_: v_["cpu_fallback"] for k_, v_ in stats.items() if v_["cpu_fallback"]}
+    fell_back = {k_: v_["cpu_fallback"] + v_["generic"] for k_, v_ in stats.items() if v_["cpu_fallback"] + v_["generic"]}
     assert not fell_back, fell_back
     assert not torch.isnan(got).any().item()
     torch.testing.assert_close(got.detach().cpu(), want.detach(), rtol=1e-5, atol=1e-6)

@@ -183,6 +183,24 @@ def test_mse_loss_and_its_gradient_match_cpu(dtype, reduction):
         assert _native_calls(op)["native"] == 4 and _native_calls(op)["cpu_fallback"] == 0, op
 
 
+def test_vector_norm_of_a_float_overflows_as_atens_float_sum():
+    # ATen sums a float32 norm in float: 10 x 1e20 squared is past FLT_MAX, so the norm is inf
+    # (and clip_grad_norm_ raises with error_if_nonfinite); in float64 it is not.
+    torch_fl.reset_fallback_stats()
+    for x, ord in ((torch.full((10,), 1e20), 2), (torch.full((3,), 1e20).bfloat16(), 2),
+                   (torch.full((10,), 1e38), 1), (torch.full((10,), 3e37), 1), (torch.tensor([1e-30]), 2),
+                   (torch.full((10,), 1e20).double(), 2)):
+        want = torch.linalg.vector_norm(x, ord)
+        got = torch.linalg.vector_norm(x.to("fl:0"), ord).cpu()
+        assert torch.isinf(got) == torch.isinf(want), (x[0].item(), ord, got, want)
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=0)
+    assert _native_calls("aten::linalg_vector_norm")["cpu_fallback"] == 0
+    p = torch.nn.Parameter(torch.ones(10, device="fl:0"))
+    p.grad = torch.full((10,), 1e20, device="fl:0")
+    with pytest.raises(RuntimeError, match="non-finite"):
+        nn.utils.clip_grad_norm_([p], 1.0, error_if_nonfinite=True)
+
+
 def test_mse_loss_of_an_empty_batch_and_a_broadcast_target_as_aten():
     """torch's Meta kernel of mse_loss_backward divides by the input's numel (ZeroDivisionError
     for an empty input, where the CPU kernel returns an empty gradient): the router then does
@@ -197,6 +215,22 @@ def test_mse_loss_of_an_empty_batch_and_a_broadcast_target_as_aten():
     with pytest.warns(UserWarning, match="target size"):
         got = F.mse_loss(x.to("fl:0"), y.to("fl:0"))
     torch.testing.assert_close(got.cpu(), F.mse_loss(x, y.expand(4, 3)))
+
+
+def test_cat_into_an_output_that_overlaps_its_inputs_raises_as_aten():
+    # The list's members are inputs too: writing cat's result over them would read what it
+    # had just written (before: [0, 1, 0, 1, 1, 0, 6, 7] with no error).
+    for device in ("cpu", "fl:0"):
+        buf = torch.arange(8.0, device=device)
+        with pytest.raises(RuntimeError, match="input tensor and the written-to tensor refer to a single"):
+            torch.cat([buf[0:2], buf[1:3]], out=buf[2:6])
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+            torch.cat([buf[0:2], buf[1:3]], out=torch.zeros(1, device=device).expand(4))
+        assert torch.equal(buf.cpu(), torch.arange(8.0))
+    a = torch.arange(4.0, device="fl:0")
+    out = torch.empty(8, device="fl:0")
+    torch.cat([a, a], out=out)  # the same input twice, no overlap with out: fine
+    assert torch.equal(out.cpu(), torch.arange(4.0).repeat(2))
 
 
 def test_a_regression_step_with_clipping_has_no_fallback():

@@ -1,8 +1,9 @@
 // factory_kernels.cpp — arange.start_out(start, end, step): out[i] = start + i * step, in
 // double for floating outputs (float for the 16-bit ones, as ATen's acc type) and int64 for
-// integral ones, then converted to the output dtype. Exact for integer-valued ranges; with a
-// fractional step float32 results can differ from ATen's vectorised CPU loop (which adds in
-// float) in the last bit.
+// integral ones (start and step read as int64, exact past 2^53), then converted to the output
+// dtype. Exact for integer-valued ranges; with a fractional step, float32, float16 and
+// bfloat16 results can differ from ATen's vectorised CPU loop (which adds in the tensor's
+// dtype) in the last bit.
 #include "elementwise_engine.hpp"
 #include "kernel_table.hpp"
 #include "parallel_loop.hpp"
@@ -30,6 +31,14 @@ void fill_range(char* dst, fl_dtype_t dtype, int64_t n, Acc start, Acc step) {
   });
 }
 
+// An integral range's start or step: an int argument exactly (past 2^53 a double would
+// round it), a floating one truncated as ATen converts it to int64.
+int64_t integral_scalar(const Args& args, int32_t index, int64_t if_none) {
+  if (args.is_none(index)) return if_none;
+  if (args.at(index).kind == FL_VALUE_INT) return args.integer(index);
+  return static_cast<int64_t>(args.number(index));
+}
+
 void arange_start_out(const fl_kernel_call* call) {
   const char* op = "aten::arange.start_out";
   Args args(call);
@@ -43,11 +52,12 @@ void arange_start_out(const fl_kernel_call* call) {
   if (n == 0) return;
   char* dst = out.data;
   const fl_dtype_t dtype = out.dtype;
+  const int64_t int_start = integral_scalar(args, 0, 0), int_step = integral_scalar(args, 2, 1);
   submit(call, [=] {
     if (dtype == FL_DTYPE_FLOAT64 || dtype == FL_DTYPE_FLOAT32) fill_range<double>(dst, dtype, n, start, step);
     else if (is_floating(dtype))
       fill_range<float>(dst, dtype, n, static_cast<float>(start), static_cast<float>(step));
-    else fill_range<int64_t>(dst, dtype, n, static_cast<int64_t>(start), static_cast<int64_t>(step));
+    else fill_range<int64_t>(dst, dtype, n, int_start, int_step);
   });
 }
 

@@ -398,9 +398,11 @@ inline double norm_combine(double acc, double term) {
 }
 
 // Accumulates in double per output (in row order, as reduce_into), then maps the sums and
-// stores them in the output's dtype.
+// stores them in the output's dtype. For an output narrower than float64 (`float_acc`),
+// ATen's sum is a float: past FLT_MAX it overflows to inf (a gradient norm of 1e20 x 10 is inf
+// there, and clip_grad_norm_ then raises or zeroes the gradients as on ATen).
 template <class T, NormKind K>
-void vector_norm(const ReducePlan& p, double ord, char* dst, ConvertFn store) {
+void vector_norm(const ReducePlan& p, double ord, char* dst, ConvertFn store, bool float_acc) {
   const double identity = K == NormKind::kNegInf ? std::numeric_limits<double>::infinity() : 0.0;
   std::vector<double> acc(static_cast<size_t>(p.out_numel), identity);
   for_each_row_split<T>(p, [&](const T* ptr, int64_t stride, int64_t n, int64_t out_index, int64_t out_step,
@@ -415,6 +417,11 @@ void vector_norm(const ReducePlan& p, double ord, char* dst, ConvertFn store) {
         out[i * out_step] = norm_combine<K>(out[i * out_step], norm_term<K>(std::abs(convert<double>(ptr[i * stride])), ord));
     }
   });
+  if constexpr (K == NormKind::kOne || K == NormKind::kTwo || K == NormKind::kPower) {
+    if (float_acc)
+      for (double& v : acc)
+        if (v > static_cast<double>(std::numeric_limits<float>::max())) v = std::numeric_limits<double>::infinity();
+  }
   if constexpr (K == NormKind::kTwo) {
     for (double& v : acc) v = std::sqrt(v);
   } else if constexpr (K == NormKind::kPower) {
@@ -445,7 +452,7 @@ void linalg_vector_norm_out(const fl_kernel_call* call) {
                     " norm on an empty tensor because the operation does not have an identity");
   if (plan.out_numel == 0) return;
   ConvertFn store = converter(FL_DTYPE_FLOAT64, out.dtype);
-  using Fn = void (*)(const ReducePlan&, double, char*, ConvertFn);
+  using Fn = void (*)(const ReducePlan&, double, char*, ConvertFn, bool);
   Fn fn = dispatch<kFloatingMask>(in.dtype, op, [kind](auto tag) -> Fn {
     using T = typename decltype(tag)::type;
     switch (kind) {
@@ -458,7 +465,8 @@ void linalg_vector_norm_out(const fl_kernel_call* call) {
     }
   });
   char* dst = out.data;
-  submit(call, [plan, ord, dst, store, fn] { fn(plan, ord, dst, store); });
+  const bool float_acc = out.dtype != FL_DTYPE_FLOAT64;
+  submit(call, [plan, ord, dst, store, fn, float_acc] { fn(plan, ord, dst, store, float_acc); });
 }
 
 // ---- all / any ------------------------------------------------------------------------

@@ -290,6 +290,41 @@ enum {
  * Elementwise kernels broadcast their inputs to the output's shape as ATen does. A kernel
  * that cannot handle a particular call (a dtype mix, a layout) returns FL_ERR_NOT_SUPPORTED
  * before enqueuing anything; the core then takes the next fallback tier for that call. */
+/* Entries for operators whose returns are not all tensors. The entry takes the operator's
+ * arguments as inputs (schema order, as everywhere) and only the tensor returns named here
+ * as outputs; the core makes the rest itself.
+ *
+ * "aten::_scaled_dot_product_fused_attention_overrideable" — fused attention (PyTorch's hook
+ *   for PrivateUse1 backends):
+ *   inputs:  query [B,H,Lq,E], key [B,H,Lk,E], value [B,H,Lk,Ev], one floating dtype;
+ *            attn_bias: NONE, or a tensor of query's dtype broadcastable to [B,H,Lq,Lk] (its
+ *            fl_tensor then has those 4 dims, stride 0 where broadcast), added to the scaled
+ *            scores (-inf masks a key: a boolean mask arrives converted so);
+ *            dropout_p (double); is_causal (bool: key j is masked for query i when j > i,
+ *            top-left aligned, as ATen's math path); return_debug_mask (bool); scale (double,
+ *            or NONE for 1/sqrt(E)).
+ *   outputs: output [B,H,Lq,Ev], query's dtype, in query's dimension order (a query that is a
+ *            transposed [B,Lq,H,E] gives an output laid out as [B,Lq,H,Ev]); logsumexp
+ *            [B,H,Lq] float32, contiguous: row i's log(sum_j exp(s_ij)) over its scaled,
+ *            biased, masked scores s_ij. A row whose every key is masked has logsumexp -inf
+ *            and output 0 (ATen's safe softmax).
+ *   The core fills the other returns (no cum_seq tensors, max_q = Lq, max_k = Lk, 0-dim int64
+ *   philox seed and offset, no debug mask). It chooses fused attention for
+ *   F.scaled_dot_product_attention on an fl device only when that device's entry lists the
+ *   dtype, dropout_p is 0, the tensors are 4-D and H matches; otherwise ATen's math path runs
+ *   over the other kernels. A kernel declines (FL_ERR_NOT_SUPPORTED) any other call it cannot
+ *   serve (dropout_p > 0, return_debug_mask, a head size it lacks): the core then runs the
+ *   same computation as other fl ops.
+ * "aten::_scaled_dot_product_fused_attention_overrideable_backward":
+ *   inputs:  grad_out, query, key, value, attn_bias (NONE when the forward had none),
+ *            grad_input_mask (bool[4]), out and logsumexp (the forward's outputs), cum_seq_q,
+ *            cum_seq_k (NONE), max_q, max_k (ints), dropout_p, is_causal, philox_seed,
+ *            philox_offset (0-dim int64 tensors), scale — the forward's values.
+ *            attn_bias, as in the forward, has 4 dims with stride 0 where broadcast.
+ *   outputs: grad_query, grad_key, grad_value shaped as query, key, value; grad_attn_bias
+ *            [B,H,Lq,Lk] (the core sums it down to attn_bias's own shape). An output not
+ *            wanted (grad_input_mask false, or no attn_bias) has ndim -1.
+ */
 typedef struct fl_kernel_entry {
   size_t struct_size;        /* sizeof(fl_kernel_entry) */
   const char* op;            /* ATen overload name; see above */

@@ -392,6 +392,72 @@ void route_op(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   op_info(op).nanoseconds.fetch_add(static_cast<uint64_t>(ns.count()), std::memory_order_relaxed);
 }
 
+bool has_native_entry(OpInfo& info, c10::DeviceIndex device, c10::ScalarType dtype) {
+  const fl_kernel_entry* entry = entry_for(info, runtime().device(device));
+  return entry != nullptr && (entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(dtype))) != 0;
+}
+
+bool call_native_entry(OpInfo& info, c10::DeviceIndex device, const std::vector<c10::IValue>& inputs,
+                       const std::vector<at::Tensor>& outputs, std::string& why_not) {
+  auto& rt = runtime();
+  const fl::LogicalDevice& dev = rt.device(device);
+  const fl_kernel_entry* entry = entry_for(info, dev);
+  auto plugin = [&] { return "plugin '" + dev.plugin->name() + "'"; };
+  if (entry == nullptr) {
+    why_not = plugin() + " has no kernel '" + info.kernel_name + "'";
+    return false;
+  }
+  const auto dtype = first_dtype(inputs);
+  if (!dtype || !(entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(*dtype)))) {
+    why_not = plugin() + " has kernel '" + info.kernel_name + "', but not for " +
+              (dtype ? std::string(c10::toString(*dtype)) : std::string("a call without a tensor dtype"));
+    return false;
+  }
+  const c10::Device fl_device(c10::DeviceType::PrivateUse1, device);
+  std::vector<c10::IValue> args = inputs;
+  if (!(entry->flags & FL_KERNEL_STRIDED_INPUTS)) {
+    for (auto& v : args)
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().device() == fl_device && !v.toTensor().is_contiguous())
+        v = v.toTensor().contiguous();
+  }
+  std::vector<at::Tensor> targets = outputs;
+  if (!(entry->flags & FL_KERNEL_STRIDED_OUTPUTS))
+    for (auto& t : targets)
+      if (t.defined() && !t.is_contiguous()) t = at::empty(t.sizes(), t.options());
+  KernelCallBuilder builder(device, dev.local);
+  for (const auto& v : args)
+    if (!builder.add_input(v)) {
+      why_not = plugin() + " has kernel '" + info.kernel_name + "', but the ABI cannot pass it " + builder.refusal();
+      return false;
+    }
+  for (const auto& t : targets)
+    if (!builder.add_output(t)) {
+      why_not = plugin() + " has kernel '" + info.kernel_name + "', but the ABI cannot pass it " + builder.refusal();
+      return false;
+    }
+  auto& reg = rt.streams(device);
+  const fl_kernel_call& call = builder.build(reg.handle(reg.current()), kernel_call_flags(info.convolution), *entry);
+  const fl_status_t st = entry->fn(&call);
+  if (st == FL_ERR_NOT_SUPPORTED) {
+    why_not = plugin() + " has kernel '" + info.kernel_name + "', which declined this call (" +
+              dev.plugin->last_error() + ")";
+    return false;
+  }
+  if (st != FL_OK)
+    TORCH_CHECK(false, info.name, " failed on fl:", std::to_string(device), " (plugin '", dev.plugin->name(),
+                "', kernel ", info.kernel_name, ", dtypes ", dtypes_of(inputs), "): ", fl::status_name(st), ": ",
+                dev.plugin->last_error());
+  for (size_t i = 0; i < targets.size(); ++i)
+    if (targets[i].defined() && !targets[i].is_same(outputs[i])) outputs[i].copy_(targets[i]);
+  return true;
+}
+
+void count_call(OpInfo& info, Tier tier, c10::DeviceIndex device, c10::ArrayRef<c10::IValue> args,
+                const std::string& why_not) {
+  if (tier != Tier::Native) warn_fallback(info, tier, device, args, why_not);
+  info.calls[static_cast<int>(tier)].fetch_add(1, std::memory_order_relaxed);
+}
+
 void set_profiling(bool on) { g_profiling = on; }
 bool profiling() { return g_profiling; }
 

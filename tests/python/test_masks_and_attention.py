@@ -1,13 +1,15 @@
 """The CPU plugin's predicate, logical, all/any, tril/triu, bitwise_not and arange kernels:
-what attention masks, position ids and `F.scaled_dot_product_attention` call. On fl, SDPA runs ATen's math
-path, whose safe softmax calls isneginf and all on every call; without these kernels each
-went through the CPU fallback (two host round trips per attention layer). Each result
+what attention masks, position ids and `F.scaled_dot_product_attention` call. SDPA takes
+ATen's math path on fl when the plugin has no fused attention or the call has dropout
+(test_fused_attention.py has the fused one); the math path's safe softmax calls isneginf and
+all on every call; without these kernels each went through the CPU fallback (two host round trips per attention layer). Each result
 equals PyTorch's CPU one bit for bit and runs in the native tier."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import torch_fl
 from conftest import op_calls
@@ -185,8 +187,9 @@ def test_scaled_dot_product_attention_runs_natively_and_matches_cpu(mask_kind):
     fq, fk, fv = (t.detach().to("fl:0").requires_grad_() for t in (q, k, v))
     fl_kwargs = {k_: (v_.to("fl:0") if torch.is_tensor(v_) else v_) for k_, v_ in kwargs.items()}
     torch_fl.reset_fallback_stats()
-    got = F.scaled_dot_product_attention(fq, fk, fv, **fl_kwargs)
-    got.square().sum().backward()
+    with sdpa_kernel(SDPBackend.MATH):  # the math path, as without a fused kernel
+        got = F.scaled_dot_product_attention(fq, fk, fv, **fl_kwargs)
+        got.square().sum().backward()
     stats = torch_fl.fallback_stats()
     fell_back = {k_: v_["cpu_fallback"] + v_["generic"] for k_, v_ in stats.items() if v_["cpu_fallback"] + v_["generic"]}
     assert not fell_back, fell_back

@@ -1,6 +1,6 @@
 // case_catalog_nn.cpp — cases for reductions (vector norms, all/any included), tril/triu, arange,
-// matrix products, softmax, nll_loss, mse_loss, convolution, max_pool2d, layer_norm and
-// batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding allocates them).
+// matrix products, softmax, nll_loss, mse_loss, fused attention, convolution, max_pool2d,
+// layer_norm and batch_norm (inputs in the ATen 2.13 schema order, outputs as the binding allocates them).
 #include "case_catalog.h"
 #include "naive_reference.h"
 
@@ -647,6 +647,87 @@ CatalogEntry batch_norm(bool backward, bool no_training = false) {
   return e;
 }
 
+// ---- fused attention -------------------------------------------------------------------------
+
+// A [B,H,L,E] tensor stored as [B,L,H,E] (a GPT block's q.view(B, L, H, E).transpose(1, 2)),
+// holding the same logical values.
+HostTensor as_heads_interleaved_storage(const HostTensor& t) {
+  const Shape& s = t.shape;
+  HostTensor out = HostTensor::zeros(t.dtype, {s[0], s[2], s[1], s[3]});
+  out.shape = s;
+  out.strides = {s[2] * s[1] * s[3], s[3], s[1] * s[3], 1};
+  if (t.numel() == 0) return out;
+  Shape index(4, 0);
+  do {
+    int64_t offset = 0;
+    for (size_t d = 0; d < 4; ++d) offset += index[d] * out.strides[d];
+    out.set_storage(offset, t.at(index));
+  } while (next_index(index, s));
+  return out;
+}
+
+// _scaled_dot_product_fused_attention_overrideable(query, key, value, attn_bias?, dropout_p,
+// is_causal, return_debug_mask, scale?) -> output, logsumexp (abi/fl_abi.h), and its backward,
+// whose `out` and `logsumexp` inputs come from the naive forward of the same case. Head sizes
+// 16 and 64 (cuDNN takes multiples of 8); a bias row that masks every key.
+CatalogEntry fused_attention(bool backward) {
+  CatalogEntry e;
+  e.tolerance_scale = 8;
+  e.build = [=](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    if (!is_floating(dtype)) return cases;
+    struct Spec {
+      std::string label;
+      int64_t b, h, lq, lk, e, ev;
+      bool causal, bias, fully_masked_row, interleaved;
+      std::optional<double> scale;
+    };
+    std::vector<Spec> specs = {
+        {"causal [2,3,7,16]", 2, 3, 7, 7, 16, 16, true, false, false, false, std::nullopt},
+        {"cross attention Lq 5 Lk 9, scale 0.2", 1, 2, 5, 9, 16, 16, false, false, false, false, 0.2},
+        {"causal, bias [1,2,6,6] with a fully masked row", 1, 2, 6, 6, 64, 64, true, true, true, false, std::nullopt},
+    };
+    if (strided) specs.push_back({"causal, [B,L,H,E] storage", 2, 2, 8, 8, 16, 16, true, false, false, true, std::nullopt});
+    for (const Spec& sp : specs) {
+      const std::string key = "sdpa" + sp.label;
+      auto make = [&](const std::string& name, int64_t length, int64_t size) {
+        HostTensor t = rnd(dtype, {sp.b, sp.h, length, size}, key + name);
+        return sp.interleaved ? as_heads_interleaved_storage(t) : t;
+      };
+      HostTensor q = make("q", sp.lq, sp.e), k = make("k", sp.lk, sp.e), v = make("v", sp.lk, sp.ev);
+      CaseArg bias = A::none();
+      if (sp.bias) {
+        HostTensor b = rnd(dtype, {sp.b, sp.h, sp.lq, sp.lk}, key + "bias");
+        if (sp.fully_masked_row)
+          for (int64_t bh = 0; bh < sp.b * sp.h; ++bh)
+            for (int64_t j = 0; j < sp.lk; ++j) b.set_storage((bh * sp.lq + 2) * sp.lk + j, -INFINITY);
+        bias = A::of(b);
+      }
+      const CaseArg scale = sp.scale ? A::real(*sp.scale) : A::none();
+      KernelCase forward;
+      forward.label = sp.label;
+      forward.inputs = {A::of(q), A::of(k), A::of(v), bias, A::real(0.0), A::boolean(sp.causal), A::boolean(false), scale};
+      forward.outputs = {{dtype, {sp.b, sp.h, sp.lq, sp.ev}}, {FL_DTYPE_FLOAT32, {sp.b, sp.h, sp.lq}}};
+      if (!backward) {
+        cases.push_back(std::move(forward));
+        continue;
+      }
+      const auto out_lse = naive_run("aten::_scaled_dot_product_fused_attention_overrideable", forward);
+      KernelCase c;
+      c.label = sp.label;
+      c.inputs = {A::of(rnd(dtype, {sp.b, sp.h, sp.lq, sp.ev}, key + "grad")), A::of(q), A::of(k), A::of(v), bias,
+                  A::bool_list({1, 1, 1, sp.bias ? 1 : 0}), A::of(out_lse->at(0)), A::of(out_lse->at(1)), A::none(),
+                  A::none(), A::integer(sp.lq), A::integer(sp.lk), A::real(0.0), A::boolean(sp.causal),
+                  A::of(HostTensor::zeros(FL_DTYPE_INT64, {})), A::of(HostTensor::zeros(FL_DTYPE_INT64, {})), scale};
+      c.outputs = {{dtype, {sp.b, sp.h, sp.lq, sp.e}}, {dtype, {sp.b, sp.h, sp.lk, sp.e}},
+                   {dtype, {sp.b, sp.h, sp.lk, sp.ev}}, {dtype, {sp.b, sp.h, sp.lq, sp.lk}, sp.bias}};
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  };
+  return e;
+}
+
 }  // namespace
 
 void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& table) {
@@ -693,6 +774,8 @@ void add_nn_ops(std::map<std::string, CatalogEntry>& table) {
     table[std::string("aten::_native_batch_norm_legit_no_training") + suffix] = batch_norm(false, true);
     table[std::string("aten::native_batch_norm_backward") + suffix] = batch_norm(true);
   }
+  table["aten::_scaled_dot_product_fused_attention_overrideable"] = fused_attention(false);
+  table["aten::_scaled_dot_product_fused_attention_overrideable_backward"] = fused_attention(true);
   table["aten::max_pool2d_with_indices.out"] = max_pool(false);
   table["aten::max_pool2d_with_indices_backward.grad_input"] = max_pool(true);
 }

@@ -346,6 +346,108 @@ void batch_norm_stats(const HostTensor& x, double eps, std::vector<double>& mean
   }
 }
 
+// Fused attention (abi/fl_abi.h's contract): per row, scores s_j = scale q.k_j + bias_ij with
+// keys j > i masked when causal; logsumexp over them (-inf when every key is masked, output 0).
+struct AttentionCase {
+  const HostTensor *q, *k, *v, *bias;
+  int64_t b, h, lq, lk, e, ev;
+  bool causal;
+  double scale;
+};
+
+AttentionCase attention_case(const KernelCase& c, size_t first) {
+  AttentionCase a{};
+  a.q = &c.inputs[first].tensor;
+  a.k = &c.inputs[first + 1].tensor;
+  a.v = &c.inputs[first + 2].tensor;
+  a.bias = c.inputs[first + 3].kind == CaseArg::Kind::Tensor ? &c.inputs[first + 3].tensor : nullptr;
+  a.b = a.q->shape[0], a.h = a.q->shape[1], a.lq = a.q->shape[2], a.lk = a.k->shape[2];
+  a.e = a.q->shape[3], a.ev = a.v->shape[3];
+  return a;
+}
+
+std::vector<double> attention_scores(const AttentionCase& a, int64_t b, int64_t h, int64_t i) {
+  std::vector<double> s(static_cast<size_t>(a.lk), -INFINITY);
+  for (int64_t j = 0; j < a.lk; ++j) {
+    if (a.causal && j > i) continue;
+    double dot = 0;
+    for (int64_t x = 0; x < a.e; ++x) dot += a.q->at({b, h, i, x}) * a.k->at({b, h, j, x});
+    s[static_cast<size_t>(j)] = dot * a.scale + (a.bias ? a.bias->at({b, h, i, j}) : 0.0);
+  }
+  return s;
+}
+
+double log_sum_exp(const std::vector<double>& s) {
+  double max = -INFINITY;
+  for (double x : s) max = std::max(max, x);
+  if (max == -INFINITY) return -INFINITY;
+  double sum = 0;
+  for (double x : s) sum += std::exp(x - max);
+  return max + std::log(sum);
+}
+
+std::vector<HostTensor> run_fused_attention(const KernelCase& c) {
+  AttentionCase a = attention_case(c, 0);
+  a.causal = c.inputs[5].b;
+  a.scale = c.inputs[7].kind == CaseArg::Kind::None ? 1.0 / std::sqrt(static_cast<double>(a.e)) : number(c.inputs[7]);
+  std::vector<double> out, lse;
+  for (int64_t b = 0; b < a.b; ++b)
+    for (int64_t h = 0; h < a.h; ++h)
+      for (int64_t i = 0; i < a.lq; ++i) {
+        const std::vector<double> s = attention_scores(a, b, h, i);
+        const double l = log_sum_exp(s);
+        lse.push_back(l);
+        for (int64_t x = 0; x < a.ev; ++x) {
+          double acc = 0;
+          if (l != -INFINITY)
+            for (int64_t j = 0; j < a.lk; ++j) acc += std::exp(s[static_cast<size_t>(j)] - l) * a.v->at({b, h, j, x});
+          out.push_back(acc);
+        }
+      }
+  return {HostTensor::from_values(c.outputs[0].dtype, c.outputs[0].shape, out),
+          HostTensor::from_values(FL_DTYPE_FLOAT32, c.outputs[1].shape, lse)};
+}
+
+// dS = P * (dO V^T - rowsum(dO * O)); dQ = scale dS K, dK = scale dS^T Q, dV = P^T dO, dbias = dS.
+std::vector<HostTensor> run_fused_attention_backward(const KernelCase& c) {
+  AttentionCase a = attention_case(c, 1);
+  a.causal = c.inputs[13].b;
+  a.scale = c.inputs[16].kind == CaseArg::Kind::None ? 1.0 / std::sqrt(static_cast<double>(a.e)) : number(c.inputs[16]);
+  const HostTensor& grad = c.inputs[0].tensor;
+  const HostTensor& out = c.inputs[6].tensor;
+  std::vector<double> dq(static_cast<size_t>(a.b * a.h * a.lq * a.e)), dk(static_cast<size_t>(a.b * a.h * a.lk * a.e)),
+      dv(static_cast<size_t>(a.b * a.h * a.lk * a.ev)), dbias(static_cast<size_t>(a.b * a.h * a.lq * a.lk));
+  for (int64_t b = 0; b < a.b; ++b)
+    for (int64_t h = 0; h < a.h; ++h) {
+      const int64_t bh = b * a.h + h;
+      for (int64_t i = 0; i < a.lq; ++i) {
+        const std::vector<double> s = attention_scores(a, b, h, i);
+        const double l = log_sum_exp(s);  // exact: the saved one is float32
+        double delta = 0;
+        for (int64_t x = 0; x < a.ev; ++x) delta += grad.at({b, h, i, x}) * out.at({b, h, i, x});
+        for (int64_t j = 0; j < a.lk; ++j) {
+          const double p = l == -INFINITY ? 0.0 : std::exp(s[static_cast<size_t>(j)] - l);
+          double dp = 0;
+          for (int64_t x = 0; x < a.ev; ++x) {
+            dp += grad.at({b, h, i, x}) * a.v->at({b, h, j, x});
+            dv[static_cast<size_t>((bh * a.lk + j) * a.ev + x)] += p * grad.at({b, h, i, x});
+          }
+          const double ds = p * (dp - delta);
+          dbias[static_cast<size_t>((bh * a.lq + i) * a.lk + j)] = ds;
+          for (int64_t x = 0; x < a.e; ++x) {
+            dq[static_cast<size_t>((bh * a.lq + i) * a.e + x)] += a.scale * ds * a.k->at({b, h, j, x});
+            dk[static_cast<size_t>((bh * a.lk + j) * a.e + x)] += a.scale * ds * a.q->at({b, h, i, x});
+          }
+        }
+      }
+    }
+  std::vector<HostTensor> results;
+  const std::vector<double>* values[] = {&dq, &dk, &dv, &dbias};
+  for (size_t o = 0; o < c.outputs.size(); ++o)
+    results.push_back(HostTensor::from_values(c.outputs[o].dtype, c.outputs[o].shape, *values[o]));
+  return results;
+}
+
 std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const KernelCase& c) {
   auto it = elementwise_table().find(op);
   if (it != elementwise_table().end()) return run_elementwise(it->second, c);
@@ -363,6 +465,8 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   }
   if (op == "aten::triu.out") return run_triangle(c, false);
   if (op == "aten::mse_loss.out") return run_mse_loss(c, false);
+  if (op == "aten::_scaled_dot_product_fused_attention_overrideable") return run_fused_attention(c);
+  if (op == "aten::_scaled_dot_product_fused_attention_overrideable_backward") return run_fused_attention_backward(c);
   if (op == "aten::mse_loss_backward.grad_input") return run_mse_loss(c, true);
   const std::string base = op.substr(0, op.find('.'));
   if (base == "aten::native_batch_norm" || base == "aten::_native_batch_norm_legit") return run_batch_norm(c, false);

@@ -1,6 +1,6 @@
 // naive_reference.h — scalar reference implementations used when the plugin under test is
-// itself the reference plugin: the elementwise families, sum, mm and batch norm. Other ops have
-// none (the check then reports "skip: is the reference").
+// itself the reference plugin: the elementwise families, sum, mm, batch norm and fused
+// attention, among others. Other ops have none (the check then reports "skip: is the reference").
 #pragma once
 
 #include "case_catalog.h"

@@ -33,6 +33,7 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_foreach_kernels(registry);
     register_triangle_kernels(registry);
     register_factory_kernels(registry);
+    register_attention_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

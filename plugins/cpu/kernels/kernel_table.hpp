@@ -49,5 +49,6 @@ void register_pooling_kernels(KernelRegistry& registry);
 void register_foreach_kernels(KernelRegistry& registry);
 void register_triangle_kernels(KernelRegistry& registry);
 void register_factory_kernels(KernelRegistry& registry);
+void register_attention_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

@@ -33,6 +33,8 @@ constexpr uint32_t kStrided = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPU
 constexpr uint32_t kForeach = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | FL_KERNEL_ALIASING_OK |
                               FL_KERNEL_DETERMINISTIC;
 constexpr uint64_t kHalfFloat = bit(FL_DTYPE_FLOAT32) | bit(FL_DTYPE_BFLOAT16) | bit(FL_DTYPE_FLOAT16);
+// The 16-bit floating types alone (cuDNN's fused attention has no float32).
+constexpr uint64_t kHalf = bit(FL_DTYPE_BFLOAT16) | bit(FL_DTYPE_FLOAT16);
 
 constexpr fl_kernel_entry entry(const char* op, uint64_t mask, uint32_t flags, fl_kernel_fn fn) {
   return fl_kernel_entry{sizeof(fl_kernel_entry), op, mask, flags, 0u, fn, nullptr};
@@ -208,6 +210,12 @@ const fl_kernel_entry kTable[] = {
     entry("aten::convolution_overrideable.out", kFloat, kStridedIO, k_convolution),
     entry("aten::convolution_backward_overrideable", kFloat, kStridedIO, k_convolution_backward),
     entry("aten::convolution_backward_overrideable.out", kFloat, kStridedIO, k_convolution_backward),
+    // fused attention (cuDNN): any strides with a unit stride along the head size; other
+    // calls, and every call without cuDNN, are declined to the core's other kernels
+    entry("aten::_scaled_dot_product_fused_attention_overrideable", kHalf, kStridedIO,
+          k_scaled_dot_product_fused_attention),
+    entry("aten::_scaled_dot_product_fused_attention_overrideable_backward", kHalf, kStridedIO,
+          k_scaled_dot_product_fused_attention_backward),
 };
 
 }  // namespace

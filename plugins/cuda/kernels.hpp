@@ -163,6 +163,10 @@ fl_status_t k_baddbmm_out(const fl_kernel_call* call);
 fl_status_t k_convolution(const fl_kernel_call* call);
 fl_status_t k_convolution_backward(const fl_kernel_call* call);
 
+// attention_cudnn.cpp (or attention_unavailable.cu without cuDNN, and in the HIP plugin)
+fl_status_t k_scaled_dot_product_fused_attention(const fl_kernel_call* call);
+fl_status_t k_scaled_dot_product_fused_attention_backward(const fl_kernel_call* call);
+
 // kernel_table.cpp
 fl_status_t kernels_get(const fl_kernel_entry** entries, size_t* count);
 

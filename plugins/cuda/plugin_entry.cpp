@@ -2,6 +2,7 @@
 // streams and events. Kernels are listed in kernel_table.cpp. Every entry validates the
 // device, makes it current (cudaSetDevice is cheap) and maps runtime errors to FL_ERR_*.
 // Managed memory is never used.
+#include "attention_cudnn.hpp"
 #include "blas_handles.hpp"
 #include "conv_cudnn.hpp"
 #include "device_state.hpp"
@@ -47,6 +48,7 @@ void plugin_shutdown() {
   (void)guard([&] {
     shutdown_pageable_uploads();
     shutdown_conv();
+    shutdown_attention();
     shutdown_blas();
     shutdown_plugin_state();
   });

@@ -19,6 +19,8 @@
 #   profile       bench/profile_step.py per training model, cuda:0 then fl:0
 #   check_ops     tools/gpu/check_against_cpu.py: ops, LSTM/GRU, a sparse embedding, a CSR graph layer and an
 #                 AdamW step against PyTorch's CPU
+#   attention_entries  tools/gpu/check_cuda_attention_entries.py: the CUDA plugin's cuDNN fused-attention
+#                 entries called directly (declines, layouts, masked rows, timing against torch's cuDNN)
 #   native_ops    tools/gpu/check_against_native_cuda.py: the CUDA plugin's div (each rounding mode and
 #                 kind of divisor), mul, add/sub, addcmul, addcdiv, lerp against PyTorch's CUDA, bit for bit
 #   mixed_plugins tools/gpu/check_mixed_plugins.py: seeded dropout on each plugin, HeteroDataParallel
@@ -202,6 +204,13 @@ step_check_ops() {
 step_native_ops() {
   python_env
   "$PY" tools/gpu/check_against_native_cuda.py fl:0 cuda:0
+}
+
+# The CUDA plugin's fused-attention entries called directly (ctypes), against a float64
+# reference and torch's own cuDNN attention.
+step_attention_entries() {
+  python_env
+  "$PY" tools/gpu/check_cuda_attention_entries.py "$BUILD/plugins/cuda/libfl_cuda.so"
 }
 
 # Heterogeneous data parallel: the CUDA device and a CPU-plugin device in one process (bench

@@ -312,9 +312,10 @@ enum {
  *   philox seed and offset, no debug mask). It chooses fused attention for
  *   F.scaled_dot_product_attention on an fl device only when that device's entry lists the
  *   dtype, dropout_p is 0, the tensors are 4-D and H matches; otherwise ATen's math path runs
- *   over the other kernels. A kernel declines (FL_ERR_NOT_SUPPORTED) any other call it cannot
- *   serve (dropout_p > 0, return_debug_mask, a head size it lacks): the core then runs the
- *   same computation as other fl ops.
+ *   over the other kernels. The core never passes dropout_p > 0 or return_debug_mask (it
+ *   refuses such a direct call itself); the arguments are there for the schema's sake. A
+ *   kernel declines (FL_ERR_NOT_SUPPORTED) any call it cannot serve (a head size, a layout, a
+ *   bias it lacks): the core then runs the same computation as other fl ops.
  * "aten::_scaled_dot_product_fused_attention_overrideable_backward":
  *   inputs:  grad_out, query, key, value, attn_bias (NONE when the forward had none),
  *            grad_input_mask (bool[4]), out and logsumexp (the forward's outputs), cum_seq_q,

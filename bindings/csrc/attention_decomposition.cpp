@@ -12,9 +12,11 @@ c10::ScalarType compute_dtype(const at::Tensor& t) {
   return at::isReducedFloatingType(t.scalar_type()) ? at::kFloat : t.scalar_type();
 }
 
-// The scaled, biased, masked scores [B,H,Lq,Lk] in the compute dtype.
+// The scaled, biased, masked scores [B,H,Lq,Lk] in the compute dtype (q and k converted first,
+// as ATen's math path does for the 16-bit floats).
 at::Tensor scores_of(const AttentionCall& c) {
-  at::Tensor scores = at::matmul(c.query, c.key.transpose(-2, -1)).to(compute_dtype(c.query)).mul_(c.scale);
+  const auto dtype = compute_dtype(c.query);
+  at::Tensor scores = at::matmul(c.query.to(dtype), c.key.to(dtype).transpose(-2, -1)).mul_(c.scale);
   if (c.bias.defined()) scores.add_(c.bias);
   if (c.causal) {
     const int64_t lq = c.query.size(2), lk = c.key.size(2);
@@ -37,7 +39,7 @@ void attention_forward_decomposed(const AttentionCall& c, const at::Tensor& outp
   const at::Tensor scores = scores_of(c);
   const at::Tensor lse = at::logsumexp(scores, {-1});
   const at::Tensor p = probabilities(scores, lse);
-  output.copy_(at::matmul(p.to(c.value.scalar_type()), c.value));
+  output.copy_(at::matmul(p, c.value.to(p.scalar_type())));
   logsumexp.copy_(lse);
 }
 
@@ -50,17 +52,20 @@ void attention_backward_decomposed(const AttentionCall& c, const at::Tensor& gra
   (void)logsumexp;
   const at::Tensor scores = scores_of(c);
   const at::Tensor p = probabilities(scores, at::logsumexp(scores, {-1}));
-  const auto dtype = c.query.scalar_type();
-  if (grad_value.defined()) grad_value.copy_(at::matmul(p.to(dtype).transpose(-2, -1), grad_out));
+  // Every product in the compute dtype (float for the 16-bit floats), rounded once into the
+  // gradients by copy_.
+  const auto dtype = p.scalar_type();
+  const at::Tensor d_out = grad_out.to(dtype);
+  if (grad_value.defined()) grad_value.copy_(at::matmul(p.transpose(-2, -1), d_out));
   if (!grad_query.defined() && !grad_key.defined() && !grad_bias.defined()) return;
   // ds = p * (dp - rowsum(dO * O)), the softmax backward of dp = dO @ V^T.
-  const at::Tensor dp = at::matmul(grad_out, c.value.transpose(-2, -1)).to(p.scalar_type());
-  const at::Tensor delta = (grad_out.to(p.scalar_type()) * out.to(p.scalar_type())).sum(-1, true);
+  const at::Tensor dp = at::matmul(d_out, c.value.to(dtype).transpose(-2, -1));
+  const at::Tensor delta = (d_out * out.to(dtype)).sum(-1, true);
   const at::Tensor ds = p * (dp - delta);
   if (grad_bias.defined()) grad_bias.copy_(ds);
-  const at::Tensor ds_scaled = (ds * c.scale).to(dtype);
-  if (grad_query.defined()) grad_query.copy_(at::matmul(ds_scaled, c.key));
-  if (grad_key.defined()) grad_key.copy_(at::matmul(ds_scaled.transpose(-2, -1), c.query));
+  const at::Tensor ds_scaled = ds * c.scale;
+  if (grad_query.defined()) grad_query.copy_(at::matmul(ds_scaled, c.key.to(dtype)));
+  if (grad_key.defined()) grad_key.copy_(at::matmul(ds_scaled.transpose(-2, -1), c.query.to(dtype)));
 }
 
 }  // namespace fl::binding

@@ -68,9 +68,15 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
   if (key.size(0) != query.size(0) || value.size(0) != query.size(0)) return math;
   if (key.size(1) != query.size(1) || value.size(1) != query.size(1)) return math;  // GQA: math repeats heads
   if (query.is_nested() || key.is_nested() || value.is_nested()) return math;
+  // A head size of 0 scales by 1/sqrt(0): ATen's math path multiplies q and k by sqrt(scale)
+  // first and averages V; the fused contract would give NaN.
+  if (query.size(3) == 0) return math;
   if (attn_mask && attn_mask->defined()) {
     const at::Tensor& m = *attn_mask;
     if (!on_fl(m, device) || m.dim() > 4) return math;
+    // A bool mask arrives converted to query's dtype; a floating one of another dtype (ATen
+    // accepts a float32 mask with any query) would be a bias the entries do not take.
+    if (m.scalar_type() != at::kBool && m.scalar_type() != query.scalar_type()) return math;
     // Broadcastable to [B, H, Lq, Lk] (the forward expands it).
     const std::array<int64_t, 4> full{query.size(0), query.size(1), query.size(2), key.size(2)};
     for (int64_t d = 1; d <= m.dim(); ++d)
@@ -92,11 +98,16 @@ double scale_value(const std::optional<double>& scale, const at::Tensor& query) 
 
 // An empty tensor of `shape` laid out in `like`'s dimension order (as the Meta kernel's
 // alloc_with_matching_layout: a transposed [B,Lq,H,E] query gives a [B,Lq,H,Ev] output).
+// Dimensions of size 1 or stride 0 (a query expanded over the batch) go outermost, so the head
+// dimension stays innermost.
 at::Tensor empty_in_layout_of(const at::Tensor& like, at::IntArrayRef shape) {
   std::vector<int64_t> order(static_cast<size_t>(like.dim()));
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+  auto degenerate = [&](int64_t d) { return like.size(d) == 1 || like.stride(d) == 0; };
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    if (degenerate(a) != degenerate(b)) return degenerate(a);
+    return like.stride(a) > like.stride(b);
+  });
   std::vector<int64_t> permuted_shape, inverse(order.size());
   for (size_t i = 0; i < order.size(); ++i) {
     permuted_shape.push_back(shape[static_cast<size_t>(order[i])]);
@@ -118,13 +129,10 @@ void serve(OpInfo& info, c10::DeviceIndex device, const std::vector<c10::IValue>
     count_call(info, Tier::Native, device, inputs, why_not);
     return;
   }
-  const auto& cfg = runtime().config().fallback;
-  auto refuse = [&](const std::string& why) {
-    TORCH_CHECK_NOT_IMPLEMENTED(false, "torch_fl: ", info.name, " is not available on fl:", std::to_string(device),
-                                " for dtypes (", dtypes_of(inputs), "): ", why_not, "; ", why);
-  };
-  if (cfg.strict) refuse("fallback.strict is set (a generic kernel exists)");
-  if (!cfg.enable_generic_kernel) refuse("generic kernels are disabled in the config");
+  // Neither fallback.strict nor a disabled generic tier refuses it: the decomposition is what
+  // ATen's math path would have run had the choice not picked the fused entry (matmuls and a
+  // softmax, each through the router, where strict mode still applies op by op). It is
+  // counted and warned about as the generic tier, so the decline is visible.
   generic();
   count_call(info, Tier::Generic, device, inputs, why_not);
 }

@@ -8,6 +8,8 @@
 
 #include <plugin_support.hpp>
 
+#include <iterator>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -35,8 +37,34 @@ struct AttentionPlan {
   std::string why_not;                      // for a null graph: the step that failed and cuDNN's message
 };
 
+// The plans, least recently used first in g_order. Bounded: a decode loop whose key length
+// grows by one per token would otherwise build and keep one plan per length for good. A plan
+// evicted while a call still executes it lives on in that call's shared_ptr.
+constexpr size_t kMaxPlans = 256;
 std::mutex g_mutex;
-std::unordered_map<std::string, std::shared_ptr<const AttentionPlan>> g_plans;
+std::list<std::string> g_order;
+struct CachedPlan {
+  std::shared_ptr<const AttentionPlan> plan;
+  std::list<std::string>::iterator position;
+};
+std::unordered_map<std::string, CachedPlan> g_plans;
+
+// The cached plan for `key`, marked most recently used; nullptr when there is none.
+std::shared_ptr<const AttentionPlan> find_plan(const std::string& key) {
+  auto it = g_plans.find(key);
+  if (it == g_plans.end()) return nullptr;
+  g_order.splice(g_order.end(), g_order, it->second.position);
+  return it->second.plan;
+}
+
+void keep_plan(const std::string& key, std::shared_ptr<const AttentionPlan> plan) {
+  g_order.push_back(key);
+  g_plans[key] = CachedPlan{std::move(plan), std::prev(g_order.end())};
+  while (g_plans.size() > kMaxPlans) {
+    g_plans.erase(g_order.front());
+    g_order.pop_front();
+  }
+}
 
 // Whether the forward plan writes the logsumexp: when the caller wants it, and with a bias,
 // whose fully masked rows are found from it (attention_masked_rows.hpp).
@@ -213,12 +241,10 @@ bool run_attention_graph(int32_t device, cudnnHandle_t handle, const AttentionGr
   std::shared_ptr<const AttentionPlan> plan;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_plans.find(key);
-    if (it != g_plans.end()) {
-      plan = it->second;
-    } else {
+    plan = find_plan(key);
+    if (!plan) {
       plan = build_plan(handle, call);
-      g_plans.emplace(key, plan);
+      keep_plan(key, plan);
     }
   }
   if (!plan->graph) {
@@ -279,6 +305,7 @@ bool run_attention_graph(int32_t device, cudnnHandle_t handle, const AttentionGr
 void clear_attention_graphs() {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_plans.clear();
+  g_order.clear();
 }
 
 #else  // no cudnn-frontend headers at build time: every pass is declined

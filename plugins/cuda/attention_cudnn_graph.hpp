@@ -1,6 +1,6 @@
 // attention_cudnn_graph.hpp — fused scaled-dot-product attention, forward and backward, as
 // cuDNN graph-API plans (cudnn-frontend Graph::sdpa / sdpa_backward), one plan built per
-// shape, layout, dtype, mask and flags and cached for the life of the plugin, so that a call
+// shape, layout, dtype, mask and flags and cached (the 256 most recently used), so that a call
 // costs one plan execution. A configuration cuDNN offers no plan for is remembered too, with
 // cuDNN's reason, so it is not rebuilt at every call.
 //

@@ -265,6 +265,25 @@ misal = torch.empty(1 * 2 * 64 * 64 + 1, device=dev, dtype=torch.bfloat16)[1:].v
 print(json.dumps({"case": "misaligned q", "rc_msg": forward(misal, q, q)[:2]}))
 print(json.dumps({"case": "no lse wanted", "rc": forward(q, q, q, want_lse=False)[0]}))
 
+# A decode loop (one query, the key length growing by one per token) builds one plan per
+# length: more than the plugin keeps (256), so the oldest are evicted; a length seen again after
+# its eviction is rebuilt and still right.
+def decode_errors(lengths):
+    worst = 0.0
+    for lk in lengths:
+        q = torch.randn(1, 4, 1, 64, device=dev, dtype=torch.bfloat16)
+        kv = torch.randn(1, 4, lk, 64, device=dev, dtype=torch.bfloat16)
+        rc, msg, o, lse = forward(q, kv, kv)
+        assert rc == 0, msg
+        want = reference(q, kv, kv, None, False, 1 / math.sqrt(64))[3]
+        worst = max(worst, err(o, want))
+    return worst
+t0 = time.perf_counter()
+first = decode_errors(range(2, 302))
+again = decode_errors([2, 3, 4])
+print(json.dumps({"case": "decode loop Lk 2..301 (300 plans), then Lk 2..4 again after eviction",
+                  "o_err_max": first, "o_err_again": again, "seconds": time.perf_counter() - t0}))
+
 # Host cost per call and device time, against torch's own cuDNN attention
 B, H, L, E = 4, 16, 1024, 128
 q = torch.randn(B, L, H, E, device=dev, dtype=torch.bfloat16).transpose(1, 2)

@@ -33,6 +33,8 @@ constexpr uint32_t kStrided = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPU
 constexpr uint32_t kForeach = FL_KERNEL_STRIDED_INPUTS | FL_KERNEL_STRIDED_OUTPUTS | FL_KERNEL_ALIASING_OK |
                               FL_KERNEL_DETERMINISTIC;
 constexpr uint64_t kHalfFloat = bit(FL_DTYPE_FLOAT32) | bit(FL_DTYPE_BFLOAT16) | bit(FL_DTYPE_FLOAT16);
+// Random fills (random_fill.cu): self is read for its size alone, so in place is safe.
+constexpr uint32_t kRandomFill = FL_KERNEL_ALIASING_OK | FL_KERNEL_DETERMINISTIC;
 // The 16-bit floating types alone (cuDNN's fused attention has no float32).
 constexpr uint64_t kHalf = bit(FL_DTYPE_BFLOAT16) | bit(FL_DTYPE_FLOAT16);
 
@@ -155,6 +157,10 @@ const fl_kernel_entry kTable[] = {
     // random
     entry("aten::native_dropout", kFloat, kDet, k_native_dropout),
     entry("aten::native_dropout.out", kFloat, kDet, k_native_dropout),
+    entry("aten::normal.out", kFloat, kRandomFill, k_normal_out),
+    entry("aten::uniform.out", kFloat, kRandomFill, k_uniform_out),
+    entry("aten::bernoulli.float_out", kFloat, kRandomFill, k_bernoulli_float_out),
+    entry("aten::random.from_out", bit(FL_DTYPE_INT64) | bit(FL_DTYPE_INT32), kRandomFill, k_random_from_out),
     // pooling
     entry("aten::max_pool2d_with_indices.out", kFloat, kStrided, k_max_pool2d_with_indices),
     entry("aten::max_pool2d_with_indices_backward.grad_input", kFloat, kStrided, k_max_pool2d_with_indices_backward),

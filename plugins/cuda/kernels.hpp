@@ -106,6 +106,10 @@ fl_status_t k_embedding_dense_backward(const fl_kernel_call* call);
 
 // dropout.cu
 fl_status_t k_native_dropout(const fl_kernel_call* call);
+fl_status_t k_normal_out(const fl_kernel_call* call);
+fl_status_t k_uniform_out(const fl_kernel_call* call);
+fl_status_t k_bernoulli_float_out(const fl_kernel_call* call);
+fl_status_t k_random_from_out(const fl_kernel_call* call);
 
 // pooling.cu
 fl_status_t k_max_pool2d_with_indices(const fl_kernel_call* call);

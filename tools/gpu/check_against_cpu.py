@@ -105,12 +105,25 @@ def gpt_layout_sdpa(q, k, v):
             F.scaled_dot_product_attention(heads(q), heads(k), heads(v), scale=0.05))
 
 
-torch_fl.reset_fallback_stats()
+def tiers_since(before, keep):
+    """Calls per tier since the `before` snapshot of fallback_stats(), of the ops `keep` selects
+    (the report at the end still covers the whole run: nothing here resets the counters)."""
+    out = {}
+    for name, now in torch_fl.fallback_stats().items():
+        if not keep(name):
+            continue
+        then = before.get(name, {})
+        diff = {t: now[t] - then.get(t, 0) for t in ("native", "generic", "cpu_fallback") if now[t] - then.get(t, 0)}
+        if diff:
+            out[name] = diff
+    return out
+
+
+before_sdpa = torch_fl.fallback_stats()
 check("SDPA bf16 [B,L,H,E] causal / bias / scale fwd+bwd", gpt_layout_sdpa,
       torch.randn(2, 128, 256), torch.randn(2, 128, 256), torch.randn(2, 128, 256),
       grad=True, atol=3e-2, rtol=3e-2)
-fused_tiers = {k: v for k, v in torch_fl.fallback_stats().items() if "fused_attention" in k}
-print(f"     fused attention tiers: {fused_tiers}")
+print("     fused attention tiers:", tiers_since(before_sdpa, lambda name: "fused_attention" in name))
 check("sum/mean/amax/argmax", lambda a: (a.sum(0), a.mean((1, 2)), a.amax(-1), a.argmax(1).float()), x4)
 check("max_pool2d fwd+bwd", lambda x: F.max_pool2d(x, 2), x4, grad=True)
 causal = torch.ones(16, 16, dtype=torch.bool).tril()
@@ -224,6 +237,43 @@ err = (sparse_structure("cpu") - sparse_structure(DEV)).abs().max().item()
 print(f"{'ok  ' if err == 0 else 'FAIL'} {'sparse smm, cat, views, in-place, CSR out=':44} max|err| {err:.3e}")
 if err != 0:
     failures.append("sparse structure")
+
+
+def random_fills():
+    """randn/rand/randint/bernoulli_ on the device: not comparable value for value with the CPU
+    (each generator has its own stream), so checked by their statistics over 2^20 draws and by
+    repeating under torch.manual_seed; prints the tier each fill took."""
+    n = 1 << 20
+    before = torch_fl.fallback_stats()
+    torch.manual_seed(7)
+    a = torch.randn(n, device=DEV)
+    u = torch.rand(n, device=DEV, dtype=torch.bfloat16)
+    r = torch.randint(-3, 5, (n,), device=DEV)
+    b = torch.empty(n, device=DEV).bernoulli_(0.25)
+    d = torch.empty(n, dtype=torch.float64, device=DEV).normal_(2.0, 3.0)
+    again = torch.randn(n, device=DEV)
+    torch.manual_seed(7)
+    repeat = torch.randn(n, device=DEV)
+    a, u, r, b, d, again, repeat = (t.cpu() for t in (a, u, r, b, d, again, repeat))
+    counts = torch.bincount(r + 3, minlength=8).double() / n
+    checks = {
+        "randn mean/std": abs(a.mean().item()) < 0.01 and abs(a.std().item() - 1) < 0.01,
+        "rand bf16 in [0, 1), mean": u.min().item() >= 0 and u.max().item() < 1 and abs(u.float().mean().item() - 0.5) < 0.01,
+        "randint(-3, 5) range and frequencies": r.min().item() == -3 and r.max().item() == 4 and
+        (counts - 0.125).abs().max().item() < 0.005,
+        "bernoulli_(0.25) mean": abs(b.mean().item() - 0.25) < 0.005,
+        "normal_(2, 3) float64": abs(d.mean().item() - 2) < 0.03 and abs(d.std().item() - 3) < 0.03,
+        "repeats under manual_seed": torch.equal(a, repeat) and not torch.equal(a, again),
+    }
+    for name, ok in checks.items():
+        print(f"{'ok  ' if ok else 'FAIL'} random fills: {name}")
+        if not ok:
+            failures.append("random fills: " + name)
+    fills = ("normal_", "uniform_", "random_", "bernoulli_")
+    print("     random fill tiers:", tiers_since(before, lambda name: name.split("::")[1].split(".")[0] in fills))
+
+
+random_fills()
 
 
 def adamw_step(device):

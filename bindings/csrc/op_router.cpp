@@ -142,26 +142,57 @@ void push_results(const c10::OperatorHandle& op, const OpInfo& info, torch::jit:
   for (size_t i = 0; i < returns.size() && i < outputs.size(); ++i) stack->emplace_back(outputs[i]);
 }
 
+// The plugin's entry for `info` when it lists the dtype of the call's first tensor; else
+// nullptr, with `why_not` saying which is missing. Reasons are built only on the way out: a
+// served call allocates none.
+const fl_kernel_entry* entry_serving(OpInfo& info, const fl::LogicalDevice& dev, c10::ArrayRef<c10::IValue> args,
+                                     std::string& why_not) {
+  const fl_kernel_entry* entry = entry_for(info, dev);
+  if (entry == nullptr) {
+    why_not = "plugin '" + dev.plugin->name() + "' has no kernel '" + info.kernel_name + "'";
+    return nullptr;
+  }
+  const auto dtype = first_dtype(args);
+  if (!dtype || !(entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(*dtype)))) {
+    why_not = "plugin '" + dev.plugin->name() + "' has kernel '" + info.kernel_name + "', but not for " +
+              (dtype ? std::string(c10::toString(*dtype)) : std::string("a call without a tensor dtype"));
+    return nullptr;
+  }
+  return entry;
+}
+
+// Runs the built call: true when the kernel enqueued it, false (with `why_not`) when it
+// declined; any other status raises with the plugin's message.
+bool invoke_entry(const OpInfo& info, const fl::LogicalDevice& dev, c10::DeviceIndex device,
+                  const fl_kernel_entry& entry, const fl_kernel_call& call, c10::ArrayRef<c10::IValue> args,
+                  std::string& why_not) {
+  const fl_status_t st = entry.fn(&call);
+  if (st == FL_ERR_NOT_SUPPORTED) {
+    if (fl::log_enabled(fl::LogLevel::Debug))
+      fl::log_message(fl::LogLevel::Debug, info.kernel_name + ": plugin '" + dev.plugin->name() +
+                                               "' declined (" + dev.plugin->last_error() + ")");
+    why_not = "plugin '" + dev.plugin->name() + "' has kernel '" + info.kernel_name + "', which declined this call (" +
+              dev.plugin->last_error() + ")";
+    return false;
+  }
+  if (st != FL_OK) {
+    TORCH_CHECK(false, info.name, " failed on fl:", std::to_string(device), " (plugin '",
+                dev.plugin->name(), "', kernel ", info.kernel_name, ", dtypes ", dtypes_of(args),
+                "): ", fl::status_name(st), ": ", dev.plugin->last_error());
+  }
+  return true;
+}
+
 // Tier 1. False when the plugin cannot serve this call (no entry, dtype, layout, refusal);
 // then `why_not` says which, for the fallback's warning.
 bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* stack,
                 c10::DeviceIndex device, std::string& why_not, std::exception_ptr& meta_error) {
   auto& rt = runtime();
   const fl::LogicalDevice& dev = rt.device(device);
-  const fl_kernel_entry* entry = entry_for(info, dev);
-  // Reasons are built only on the way out: a served call allocates none.
-  auto plugin = [&] { return "plugin '" + dev.plugin->name() + "'"; };
-  if (entry == nullptr) {
-    why_not = plugin() + " has no kernel '" + info.kernel_name + "'";
-    return false;
-  }
   auto args = torch::jit::last(*stack, info.num_arguments);
-  const auto dtype = first_dtype(args);
-  if (!dtype || !(entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(*dtype)))) {
-    why_not = plugin() + " has kernel '" + info.kernel_name + "', but not for " +
-              (dtype ? std::string(c10::toString(*dtype)) : std::string("a call without a tensor dtype"));
-    return false;
-  }
+  const fl_kernel_entry* entry = entry_serving(info, dev, args, why_not);
+  if (entry == nullptr) return false;
+  auto plugin = [&] { return "plugin '" + dev.plugin->name() + "'"; };
   auto meta_declined = [&] {
     why_not = plugin() + " has kernel '" + info.kernel_name +
               "', but PyTorch's Meta kernel could not size this call's outputs";
@@ -245,20 +276,7 @@ bool try_native(const c10::OperatorHandle& op, OpInfo& info, torch::jit::Stack* 
   auto& reg = rt.streams(device);
   const uint32_t flags = kernel_call_flags(info.convolution);
   const fl_kernel_call& call = builder.build(reg.handle(reg.current()), flags, *entry);
-  const fl_status_t st = entry->fn(&call);
-  if (st == FL_ERR_NOT_SUPPORTED) {
-    if (fl::log_enabled(fl::LogLevel::Debug))
-      fl::log_message(fl::LogLevel::Debug, info.kernel_name + ": plugin '" + dev.plugin->name() +
-                                               "' declined (" + dev.plugin->last_error() + ")");
-    why_not = plugin() + " has kernel '" + info.kernel_name + "', which declined this call (" +
-              dev.plugin->last_error() + ")";
-    return false;
-  }
-  if (st != FL_OK) {
-    TORCH_CHECK(false, info.name, " failed on fl:", std::to_string(device), " (plugin '",
-                dev.plugin->name(), "', kernel ", info.kernel_name, ", dtypes ", dtypes_of(args),
-                "): ", fl::status_name(st), ": ", dev.plugin->last_error());
-  }
+  if (!invoke_entry(info, dev, device, *entry, call, args, why_not)) return false;
   for (size_t i = 0; i < targets.size(); ++i)
     if (targets[i].defined() && !targets[i].is_same(outputs[i])) outputs[i].copy_(targets[i]);
 
@@ -401,18 +419,9 @@ bool call_native_entry(OpInfo& info, c10::DeviceIndex device, const std::vector<
                        const std::vector<at::Tensor>& outputs, std::string& why_not) {
   auto& rt = runtime();
   const fl::LogicalDevice& dev = rt.device(device);
-  const fl_kernel_entry* entry = entry_for(info, dev);
+  const fl_kernel_entry* entry = entry_serving(info, dev, inputs, why_not);
+  if (entry == nullptr) return false;
   auto plugin = [&] { return "plugin '" + dev.plugin->name() + "'"; };
-  if (entry == nullptr) {
-    why_not = plugin() + " has no kernel '" + info.kernel_name + "'";
-    return false;
-  }
-  const auto dtype = first_dtype(inputs);
-  if (!dtype || !(entry->dtype_mask & FL_DTYPE_BIT(to_fl_dtype(*dtype)))) {
-    why_not = plugin() + " has kernel '" + info.kernel_name + "', but not for " +
-              (dtype ? std::string(c10::toString(*dtype)) : std::string("a call without a tensor dtype"));
-    return false;
-  }
   const c10::Device fl_device(c10::DeviceType::PrivateUse1, device);
   std::vector<c10::IValue> args = inputs;
   if (!(entry->flags & FL_KERNEL_STRIDED_INPUTS)) {
@@ -437,16 +446,7 @@ bool call_native_entry(OpInfo& info, c10::DeviceIndex device, const std::vector<
     }
   auto& reg = rt.streams(device);
   const fl_kernel_call& call = builder.build(reg.handle(reg.current()), kernel_call_flags(info.convolution), *entry);
-  const fl_status_t st = entry->fn(&call);
-  if (st == FL_ERR_NOT_SUPPORTED) {
-    why_not = plugin() + " has kernel '" + info.kernel_name + "', which declined this call (" +
-              dev.plugin->last_error() + ")";
-    return false;
-  }
-  if (st != FL_OK)
-    TORCH_CHECK(false, info.name, " failed on fl:", std::to_string(device), " (plugin '", dev.plugin->name(),
-                "', kernel ", info.kernel_name, ", dtypes ", dtypes_of(inputs), "): ", fl::status_name(st), ": ",
-                dev.plugin->last_error());
+  if (!invoke_entry(info, dev, device, *entry, call, inputs, why_not)) return false;
   for (size_t i = 0; i < targets.size(); ++i)
     if (targets[i].defined() && !targets[i].is_same(outputs[i])) outputs[i].copy_(targets[i]);
   return true;

@@ -84,6 +84,24 @@ double scale_of(const Args& args, int index, const AttentionShape& s) {
 // Whether key j is visible to query i.
 inline int64_t visible_keys(bool causal, int64_t i, int64_t lk) { return causal ? std::min(i + 1, lk) : lk; }
 
+// Row i's scores over its first n keys, scale q.k_j plus the bias, into `scores`; returns
+// their maximum (NaN if one is NaN, -inf if every one is). Forward and backward share it, so
+// the backward's recomputed scores are the forward's bit for bit.
+template <class T, class C>
+C score_row(const View4<T>& K, const View4<T>* bias, int64_t b, int64_t h, int64_t i, int64_t n, int64_t head_size,
+            const C* qrow, C scale, C* scores) {
+  C max = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) {
+    C dot = 0;
+    for (int64_t e = 0; e < head_size; ++e) dot += qrow[e] * convert<C>(K.at(b, h, j, e));
+    C score = dot * scale;
+    if (bias) score += convert<C>(bias->at(b, h, i, j));
+    scores[j] = score;
+    max = std::isnan(score) || score > max ? score : max;
+  }
+  return max;
+}
+
 // Rows (b, h, i) per part: each costs about Lk * (E + Ev) multiply-adds.
 int64_t row_grain(const AttentionShape& s) {
   return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, s.lk * (s.e + s.ev)));
@@ -109,15 +127,7 @@ struct ForwardWork {
         const int64_t b = r / (s.heads * s.lq), h = (r / s.lq) % s.heads, i = r % s.lq;
         const int64_t n = visible_keys(causal, i, s.lk);
         for (int64_t e = 0; e < s.e; ++e) qrow[static_cast<size_t>(e)] = convert<C>(Q.at(b, h, i, e));
-        C max = -INFINITY;
-        for (int64_t j = 0; j < n; ++j) {
-          C dot = 0;
-          for (int64_t e = 0; e < s.e; ++e) dot += qrow[static_cast<size_t>(e)] * convert<C>(K.at(b, h, j, e));
-          C score = dot * sc;
-          if (bias) score += convert<C>(Bv.at(b, h, i, j));
-          scores[static_cast<size_t>(j)] = score;
-          max = std::isnan(score) || score > max ? score : max;
-        }
+        const C max = score_row(K, bias ? &Bv : nullptr, b, h, i, n, s.e, qrow.data(), sc, scores.data());
         std::fill(acc.begin(), acc.end(), C(0));
         C row_lse = -INFINITY;
         if (max != -INFINITY) {  // else every key is masked: output 0, as ATen's safe softmax
@@ -204,15 +214,7 @@ struct BackwardWork {
           for (int64_t e = 0; e < s.e; ++e) qrow[static_cast<size_t>(e)] = convert<C>(Q.at(b, h, i, e));
           // The row's scores and logsumexp again, in C: the saved logsumexp is float32, which
           // would cap a float64 call's gradients at float32 accuracy.
-          C max = -INFINITY;
-          for (int64_t j = 0; j < n; ++j) {
-            C dot = 0;
-            for (int64_t e = 0; e < s.e; ++e) dot += qrow[static_cast<size_t>(e)] * convert<C>(K.at(b, h, j, e));
-            C score = dot * sc;
-            if (bias) score += convert<C>(Bv.at(b, h, i, j));
-            scores[static_cast<size_t>(j)] = score;
-            max = std::isnan(score) || score > max ? score : max;
-          }
+          const C max = score_row(K, bias ? &Bv : nullptr, b, h, i, n, s.e, qrow.data(), sc, scores.data());
           C row_lse = max;
           if (max != -INFINITY) {
             C sum = 0;

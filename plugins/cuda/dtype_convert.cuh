@@ -94,6 +94,18 @@ __device__ __forceinline__ float floor_(float x) { return floorf(x); }
 __device__ __forceinline__ double floor_(double x) { return floor(x); }
 __device__ __forceinline__ float trunc_(float x) { return truncf(x); }
 __device__ __forceinline__ double trunc_(double x) { return trunc(x); }
+__device__ __forceinline__ float sin_(float x) { return sinf(x); }
+__device__ __forceinline__ double sin_(double x) { return sin(x); }
+__device__ __forceinline__ float cos_(float x) { return cosf(x); }
+__device__ __forceinline__ double cos_(double x) { return cos(x); }
+__device__ __forceinline__ float expm1_(float x) { return expm1f(x); }
+__device__ __forceinline__ double expm1_(double x) { return expm1(x); }
+__device__ __forceinline__ float log1p_(float x) { return log1pf(x); }
+__device__ __forceinline__ double log1p_(double x) { return log1p(x); }
+__device__ __forceinline__ float ceil_(float x) { return ceilf(x); }
+__device__ __forceinline__ double ceil_(double x) { return ceil(x); }
+__device__ __forceinline__ float nearbyint_(float x) { return nearbyintf(x); }
+__device__ __forceinline__ double nearbyint_(double x) { return nearbyint(x); }
 __device__ __forceinline__ float copysign_(float x, float y) { return copysignf(x, y); }
 __device__ __forceinline__ double copysign_(double x, double y) { return copysign(x, y); }
 __device__ __forceinline__ float abs_(float x) { return fabsf(x); }

@@ -27,6 +27,7 @@ namespace fl::cuda {
 struct OpParams {
   double a = 0.0;
   double b = 0.0;
+  double c = 0.0;
   int mode = 0;
 };
 

@@ -33,6 +33,29 @@ fl_status_t k_logical_and_out(const fl_kernel_call* call);
 fl_status_t k_logical_or_out(const fl_kernel_call* call);
 fl_status_t k_logical_xor_out(const fl_kernel_call* call);
 
+// elementwise_math.cu
+fl_status_t k_sin_out(const fl_kernel_call* call);
+fl_status_t k_cos_out(const fl_kernel_call* call);
+fl_status_t k_erf_out(const fl_kernel_call* call);
+fl_status_t k_expm1_out(const fl_kernel_call* call);
+fl_status_t k_log1p_out(const fl_kernel_call* call);
+fl_status_t k_floor_out(const fl_kernel_call* call);
+fl_status_t k_ceil_out(const fl_kernel_call* call);
+fl_status_t k_round_out(const fl_kernel_call* call);
+fl_status_t k_trunc_out(const fl_kernel_call* call);
+fl_status_t k_bitwise_and_out(const fl_kernel_call* call);
+fl_status_t k_bitwise_or_out(const fl_kernel_call* call);
+fl_status_t k_bitwise_xor_out(const fl_kernel_call* call);
+
+// activations.cu
+fl_status_t k_leaky_relu_out(const fl_kernel_call* call);
+fl_status_t k_leaky_relu_backward(const fl_kernel_call* call);
+fl_status_t k_hardtanh_backward(const fl_kernel_call* call);
+fl_status_t k_elu_out(const fl_kernel_call* call);
+fl_status_t k_elu_backward(const fl_kernel_call* call);
+fl_status_t k_softplus_out(const fl_kernel_call* call);
+fl_status_t k_softplus_backward(const fl_kernel_call* call);
+
 // elementwise_unary.cu
 fl_status_t k_sqrt_out(const fl_kernel_call* call);
 fl_status_t k_rsqrt_out(const fl_kernel_call* call);

@@ -272,6 +272,29 @@ def random_fills():
     fills = ("normal_", "uniform_", "random_", "bernoulli_")
     print("     random fill tiers:", tiers_since(before, lambda name: name.split("::")[1].split(".")[0] in fills))
 
+before_math = torch_fl.fallback_stats()
+MATH_OPS = {"sin", "cos", "erf", "expm1", "log1p", "floor", "ceil", "round", "trunc", "bitwise_and", "bitwise_or",
+            "bitwise_xor", "pow", "leaky_relu", "leaky_relu_backward", "hardtanh", "hardtanh_backward", "elu",
+            "elu_backward", "softplus", "softplus_backward"}
+check("sin/cos/erf/expm1/log1p, rotary tables (f32, bf16, f64)",
+      lambda a: (a.sin(), a.cos(), a.erf(), a.expm1(), a.abs().log1p(), a.t().to(torch.bfloat16).sin(),
+                 a.double().cos(), torch.outer(torch.arange(16, device=a.device).float(),
+                                               1.0 / 10000 ** (torch.arange(0, 12, 2, device=a.device).float() / 12))
+                 .cos()), torch.randn(16, 12) * 3, rtol=1e-5)
+check("floor/ceil/round/trunc (f32, bf16, int64), bitwise and/or/xor",
+      lambda a, i: (a.floor(), a.ceil(), a.round(), a.trunc(), a.bfloat16().round().float(), i.floor().float(),
+                    (i & 6).float(), (i | i.t()).float(), (i ^ 5).float(), ((i > 0) & (i < 3)).float()),
+      torch.tensor([[0.5, 1.5, 2.5, -0.5, -1.5, 3.7], [-3.7, 1e20, -0.0, 2.4999, 7.5, -7.5]] * 3).view(6, 6),
+      torch.randint(-8, 8, (6, 6)), atol=0, rtol=0)
+check("leaky_relu/hardtanh/relu6/elu/selu/softplus fwd+bwd",
+      lambda a: (F.leaky_relu(a, 0.2), F.hardtanh(a, -1.5, 2.0), F.relu6(a), F.elu(a, 0.7), F.selu(a),
+                 F.softplus(a, beta=2.0, threshold=5.0), F.softplus(a.t())), torch.randn(33, 17) * 3, grad=True,
+      rtol=1e-5)
+check("activations bf16 fwd+bwd, elu in place (is_result)",
+      lambda a: (F.leaky_relu(a.bfloat16()), F.elu(a.bfloat16()), F.softplus(a.bfloat16()), F.elu_(a * 1.0, 0.5)),
+      torch.randn(64, 40), grad=True, atol=2e-2, rtol=2e-2)
+print("     math/activation tiers:", tiers_since(before_math, lambda name: name.split("::")[1].split(".")[0] in MATH_OPS))
+
 
 random_fills()
 

@@ -234,6 +234,32 @@ void add_elementwise(std::map<std::string, CatalogEntry>& table) {
   auto value = [](fl_dtype_t d) { return std::vector<CaseArg>{scalar_for(d, is_floating(d) ? 0.5 : 2)}; };
   table["aten::addcmul.out"] = elementwise("aten::addcmul.out", {{D::Any, D::Any, D::Any}, value, nullptr, true, false});
   table["aten::addcdiv.out"] = elementwise("aten::addcdiv.out", {{D::Any, D::Any, D::NonZero}, value, nullptr, false, false});
+  // elementwise math, rounding (the identity on integers), bitwise ops
+  unary("aten::sin.out", D::Any, false);
+  unary("aten::cos.out", D::Any, false);
+  unary("aten::erf.out", D::Any, false);
+  unary("aten::expm1.out", D::Any, false);
+  unary("aten::log1p.out", D::Positive, false);
+  for (const char* op : {"aten::floor.out", "aten::ceil.out", "aten::round.out", "aten::trunc.out"})
+    unary(op, D::Any, true);
+  for (const char* op : {"aten::bitwise_and.Tensor_out", "aten::bitwise_or.Tensor_out", "aten::bitwise_xor.Tensor_out"})
+    table[op] = elementwise(op, {{D::Any, D::Any}, nullptr, nullptr, true, false});
+  // activations and their backward ops: the scalars put either branch in the inputs' range
+  table["aten::leaky_relu.out"] = elementwise("aten::leaky_relu.out", {{D::Any},
+      [](fl_dtype_t) { return std::vector<CaseArg>{CaseArg::real(0.2)}; }, nullptr, false, false});
+  table["aten::leaky_relu_backward.grad_input"] = elementwise("aten::leaky_relu_backward.grad_input", {{D::Any, D::Coarse},
+      [](fl_dtype_t) { return std::vector<CaseArg>{CaseArg::real(0.2), CaseArg::boolean(false)}; }, nullptr, false, false});
+  table["aten::hardtanh.out"] = elementwise("aten::hardtanh.out", {{D::Any},
+      [](fl_dtype_t d) { return std::vector<CaseArg>{scalar_for(d, -1), scalar_for(d, 1)}; }, nullptr, true, false});
+  table["aten::hardtanh_backward.grad_input"] = elementwise("aten::hardtanh_backward.grad_input", {{D::Any, D::Coarse},
+      [](fl_dtype_t d) { return std::vector<CaseArg>{scalar_for(d, -1), scalar_for(d, 1)}; }, nullptr, true, false});
+  table["aten::elu.out"] = elementwise("aten::elu.out", {{D::Any},
+      [](fl_dtype_t) { return std::vector<CaseArg>{CaseArg::real(1.3), CaseArg::real(1.05), CaseArg::real(0.9)}; },
+      nullptr, false, false});
+  table["aten::softplus.out"] = elementwise("aten::softplus.out", {{D::Any},
+      [](fl_dtype_t) { return std::vector<CaseArg>{CaseArg::real(2.0), CaseArg::real(3.0)}; }, nullptr, false, false});
+  table["aten::softplus_backward.grad_input"] = elementwise("aten::softplus_backward.grad_input", {{D::Any, D::Any},
+      [](fl_dtype_t) { return std::vector<CaseArg>{CaseArg::real(2.0), CaseArg::real(3.0)}; }, nullptr, false, false});
   // where(condition, self, other): the condition is bool, the primary dtype is self's.
   table["aten::where.self_out"] = elementwise("aten::where.self_out", {{D::Bool, D::Any, D::Any}, nullptr, nullptr, true, false});
 }

@@ -70,6 +70,31 @@ const std::map<std::string, Fn>& elementwise_table() {
       {"aten::clamp.out", [](auto& t, auto& s) { return std::min(std::max(t[0], s[0]), s[1]); }},
       {"aten::fill.Scalar_out", [](auto&, auto& s) { return s[0]; }},
       {"aten::masked_fill.Scalar_out", [](auto& t, auto& s) { return t[1] != 0 ? s[0] : t[0]; }},
+      {"aten::sin.out", [](auto& t, auto&) { return std::sin(t[0]); }},
+      {"aten::cos.out", [](auto& t, auto&) { return std::cos(t[0]); }},
+      {"aten::erf.out", [](auto& t, auto&) { return std::erf(t[0]); }},
+      {"aten::expm1.out", [](auto& t, auto&) { return std::expm1(t[0]); }},
+      {"aten::log1p.out", [](auto& t, auto&) { return std::log1p(t[0]); }},
+      {"aten::floor.out", [](auto& t, auto&) { return std::floor(t[0]); }},
+      {"aten::ceil.out", [](auto& t, auto&) { return std::ceil(t[0]); }},
+      {"aten::round.out", [](auto& t, auto&) { return std::nearbyint(t[0]); }},
+      {"aten::trunc.out", [](auto& t, auto&) { return std::trunc(t[0]); }},
+      {"aten::bitwise_and.Tensor_out", [](auto& t, auto&) { return double(int64_t(t[0]) & int64_t(t[1])); }},
+      {"aten::bitwise_or.Tensor_out", [](auto& t, auto&) { return double(int64_t(t[0]) | int64_t(t[1])); }},
+      {"aten::bitwise_xor.Tensor_out", [](auto& t, auto&) { return double(int64_t(t[0]) ^ int64_t(t[1])); }},
+      {"aten::leaky_relu.out", [](auto& t, auto& s) { return t[0] > 0 ? t[0] : t[0] * s[0]; }},
+      {"aten::leaky_relu_backward.grad_input", [](auto& t, auto& s) { return t[1] > 0 ? t[0] : t[0] * s[0]; }},
+      {"aten::hardtanh.out", [](auto& t, auto& s) { return std::min(std::max(t[0], s[0]), s[1]); }},
+      {"aten::hardtanh_backward.grad_input",
+       [](auto& t, auto& s) { return (t[1] <= s[0] || t[1] >= s[1]) ? 0.0 : t[0]; }},
+      {"aten::elu.out",
+       [](auto& t, auto& s) { return t[0] > 0 ? t[0] * s[1] : std::expm1(t[0] * s[2]) * s[0] * s[1]; }},
+      {"aten::softplus.out",
+       [](auto& t, auto& s) { return t[0] * s[0] > s[1] ? t[0] : std::log1p(std::exp(t[0] * s[0])) / s[0]; }},
+      {"aten::softplus_backward.grad_input", [](auto& t, auto& s) {
+         const double z = std::exp(t[1] * s[0]);
+         return t[1] * s[0] > s[1] ? t[0] : t[0] * z / (z + 1);
+       }},
   };
   return table;
 }

@@ -34,6 +34,8 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_triangle_kernels(registry);
     register_factory_kernels(registry);
     register_attention_kernels(registry);
+    register_pointwise_math_kernels(registry);
+    register_activation_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

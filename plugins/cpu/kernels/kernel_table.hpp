@@ -50,5 +50,7 @@ void register_foreach_kernels(KernelRegistry& registry);
 void register_triangle_kernels(KernelRegistry& registry);
 void register_factory_kernels(KernelRegistry& registry);
 void register_attention_kernels(KernelRegistry& registry);
+void register_pointwise_math_kernels(KernelRegistry& registry);
+void register_activation_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

@@ -53,7 +53,29 @@ FL_CPU_UNARY(Reciprocal, C(1) / a)
 FL_CPU_UNARY(Silu, a / (C(1) + std::exp(-a)))
 // relu keeps NaN (ATen's clamp_min(0)).
 FL_CPU_UNARY(Relu, (a > C(0) || is_nan(a)) ? a : C(0))
+FL_CPU_UNARY(Sin, std::sin(a))
+FL_CPU_UNARY(Cos, std::cos(a))
+FL_CPU_UNARY(Erf, std::erf(a))
+FL_CPU_UNARY(Expm1, std::expm1(a))
+FL_CPU_UNARY(Log1p, std::log1p(a))
 #undef FL_CPU_UNARY
+
+// Rounding to an integral value: the identity on integers (ATen copies them); round is to
+// nearest, ties to even (std::nearbyint in the default mode, as ATen's CPU kernel).
+#define FL_CPU_ROUNDING(NAME, EXPR)                              \
+  template <class C>                                             \
+  struct NAME {                                                  \
+    explicit NAME(const Param*) {}                               \
+    C operator()(C a) const {                                    \
+      if constexpr (kFloat<C>) return EXPR;                      \
+      else return a;                                             \
+    }                                                            \
+  };
+FL_CPU_ROUNDING(Floor, std::floor(a))
+FL_CPU_ROUNDING(Ceil, std::ceil(a))
+FL_CPU_ROUNDING(Round, std::nearbyint(a))
+FL_CPU_ROUNDING(Trunc, std::trunc(a))
+#undef FL_CPU_ROUNDING
 
 template <class C>
 struct Abs {
@@ -276,6 +298,22 @@ struct BitwiseNot {
     else return a;  // not reached: the entry takes integer and bool dtypes only
   }
 };
+
+// Bitwise and/or/xor of integers; for bool the logical form (the entries take integer and
+// bool dtypes only).
+#define FL_CPU_BITWISE(NAME, OP)                                  \
+  template <class C>                                              \
+  struct NAME {                                                   \
+    explicit NAME(const Param*) {}                                \
+    C operator()(C a, C b) const {                                \
+      if constexpr (std::is_integral_v<C>) return static_cast<C>(a OP b); \
+      else return a;  /* not reached */                           \
+    }                                                             \
+  };
+FL_CPU_BITWISE(BitwiseAnd, &)
+FL_CPU_BITWISE(BitwiseOr, |)
+FL_CPU_BITWISE(BitwiseXor, ^)
+#undef FL_CPU_BITWISE
 
 // Logical ops (bool out): a value is true when non-zero, NaN included.
 #define FL_CPU_LOGICAL(NAME, OP)                                          \

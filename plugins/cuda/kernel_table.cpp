@@ -199,6 +199,12 @@ const fl_kernel_entry kTable[] = {
     entry("aten::_native_batch_norm_legit_no_training.out", kHalfFloat, kStrided, k_native_batch_norm_legit_no_training),
     entry("aten::native_batch_norm_backward", kHalfFloat, kStrided, k_native_batch_norm_backward),
     entry("aten::native_batch_norm_backward.out", kHalfFloat, kStrided, k_native_batch_norm_backward),
+    // upsample_nearest.cu: the forward copies any dtype; any strides both ways
+    entry("aten::upsample_nearest2d.out", kReal, kStrided, k_upsample_nearest2d),
+    entry("aten::_upsample_nearest_exact2d.out", kReal, kStrided, k_upsample_nearest_exact2d),
+    entry("aten::upsample_nearest2d_backward.grad_input", kFloat, kStrided, k_upsample_nearest2d_backward),
+    entry("aten::_upsample_nearest_exact2d_backward.grad_input", kFloat, kStrided,
+          k_upsample_nearest_exact2d_backward),
     entry("aten::_adaptive_avg_pool2d.out", kFloat, kStrided, k_adaptive_avg_pool2d),
     entry("aten::_adaptive_avg_pool2d_backward.out", kFloat, kStrided, k_adaptive_avg_pool2d_backward),
     // multi-tensor (foreach) ops: dense tensors of one dtype; in place allowed

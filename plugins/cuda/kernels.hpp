@@ -56,6 +56,12 @@ fl_status_t k_elu_backward(const fl_kernel_call* call);
 fl_status_t k_softplus_out(const fl_kernel_call* call);
 fl_status_t k_softplus_backward(const fl_kernel_call* call);
 
+// upsample_nearest.cu
+fl_status_t k_upsample_nearest2d(const fl_kernel_call* call);
+fl_status_t k_upsample_nearest_exact2d(const fl_kernel_call* call);
+fl_status_t k_upsample_nearest2d_backward(const fl_kernel_call* call);
+fl_status_t k_upsample_nearest_exact2d_backward(const fl_kernel_call* call);
+
 // elementwise_unary.cu
 fl_status_t k_sqrt_out(const fl_kernel_call* call);
 fl_status_t k_rsqrt_out(const fl_kernel_call* call);

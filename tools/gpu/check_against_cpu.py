@@ -293,6 +293,13 @@ check("leaky_relu/hardtanh/relu6/elu/selu/softplus fwd+bwd",
 check("activations bf16 fwd+bwd, elu in place (is_result)",
       lambda a: (F.leaky_relu(a.bfloat16()), F.elu(a.bfloat16()), F.softplus(a.bfloat16()), F.elu_(a * 1.0, 0.5)),
       torch.randn(64, 40), grad=True, atol=2e-2, rtol=2e-2)
+check("upsample nearest / nearest-exact fwd+bwd (2x, 1.7, size, channels_last, bf16)",
+      lambda x: (F.interpolate(x, scale_factor=2), F.interpolate(x, scale_factor=1.7, mode="nearest-exact"),
+                 F.interpolate(x, size=(5, 17)), F.interpolate(x.to(memory_format=torch.channels_last), scale_factor=2),
+                 F.interpolate(x.bfloat16(), scale_factor=3).float()),
+      torch.randn(2, 8, 12, 12), grad=True, atol=3e-2, rtol=1e-2)
+MATH_OPS |= {"upsample_nearest2d", "upsample_nearest2d_backward", "_upsample_nearest_exact2d",
+             "_upsample_nearest_exact2d_backward"}
 print("     math/activation tiers:", tiers_since(before_math, lambda name: name.split("::")[1].split(".")[0] in MATH_OPS))
 
 

@@ -544,6 +544,46 @@ CatalogEntry max_pool(bool backward) {
   return e;
 }
 
+// ---- nearest upsampling -----------------------------------------------------------------
+// upsample_nearest2d / _upsample_nearest_exact2d (self, output_size, scales_h?, scales_w?) and
+// their backward (grad_output, output_size, input_size, scales_h?, scales_w?): 2x, an odd
+// factor given as a scale, a downsampling size; channels_last where the kernel takes strides.
+CatalogEntry upsample_nearest(bool backward) {
+  CatalogEntry e;
+  e.build = [=](fl_dtype_t dtype, bool strided) {
+    std::vector<KernelCase> cases;
+    if (backward && !is_floating(dtype)) return cases;
+    for (bool channels_last : {false, true})
+    for (auto [base_label, shape, oh, ow, scale] :
+         {std::tuple<std::string, Shape, int64_t, int64_t, double>{"2x", {2, 3, 4, 5}, 8, 10, 0.0},
+          {"scale 1.7", {1, 2, 5, 3}, 8, 5, 1.7},
+          {"to 3x2", {1, 3, 7, 5}, 3, 2, 0.0},
+          {"zero-size batch", {0, 2, 4, 4}, 8, 8, 0.0}}) {
+      if (channels_last && (!strided || shape[0] == 0)) continue;
+      const std::string label = base_label + (channels_last ? ", channels_last" : "");
+      KernelCase c;
+      c.label = label;
+      const Shape out = {shape[0], shape[1], oh, ow};
+      std::vector<A> scales = {scale > 0 ? A::real(scale) : A::none(), scale > 0 ? A::real(scale) : A::none()};
+      if (!backward) {
+        HostTensor x = rnd(dtype, shape, "upsample" + base_label);
+        if (channels_last) x = x.as_channels_last_storage();
+        c.inputs = {A::of(x), A::int_list({oh, ow})};
+        c.outputs = {{dtype, out}};
+      } else {
+        HostTensor g = rnd(dtype, out, "upsample g" + base_label);
+        if (channels_last) g = g.as_channels_last_storage();
+        c.inputs = {A::of(g), A::int_list({oh, ow}), A::int_list(shape)};
+        c.outputs = {{dtype, shape}};
+      }
+      c.inputs.insert(c.inputs.end(), scales.begin(), scales.end());
+      cases.push_back(std::move(c));
+    }
+    return cases;
+  };
+  return e;
+}
+
 // ---- layer_norm ---------------------------------------------------------------------------
 
 CatalogEntry layer_norm(bool backward) {
@@ -776,6 +816,10 @@ void add_nn_ops(std::map<std::string, CatalogEntry>& table) {
   }
   table["aten::_scaled_dot_product_fused_attention_overrideable"] = fused_attention(false);
   table["aten::_scaled_dot_product_fused_attention_overrideable_backward"] = fused_attention(true);
+  table["aten::upsample_nearest2d.out"] = upsample_nearest(false);
+  table["aten::_upsample_nearest_exact2d.out"] = upsample_nearest(false);
+  table["aten::upsample_nearest2d_backward.grad_input"] = upsample_nearest(true);
+  table["aten::_upsample_nearest_exact2d_backward.grad_input"] = upsample_nearest(true);
   table["aten::max_pool2d_with_indices.out"] = max_pool(false);
   table["aten::max_pool2d_with_indices_backward.grad_input"] = max_pool(true);
 }

@@ -52,5 +52,6 @@ void register_factory_kernels(KernelRegistry& registry);
 void register_attention_kernels(KernelRegistry& registry);
 void register_pointwise_math_kernels(KernelRegistry& registry);
 void register_activation_kernels(KernelRegistry& registry);
+void register_upsample_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

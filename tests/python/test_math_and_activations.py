@@ -206,3 +206,20 @@ def test_elu_backward_through_its_result_matches_cpu():
 def test_hardtanh_of_integers_matches_cpu():
     x = torch.tensor([-5, -1, 0, 1, 5], dtype=torch.int64)
     assert torch.equal(F.hardtanh(x.to("fl:0"), -2, 3).cpu(), F.hardtanh(x, -2, 3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int32, torch.bool], ids=str)
+def test_max_and_min_of_every_element_run_native(dtype):
+    torch.manual_seed(0)
+    x = (torch.randn(5, 7) * 10).to(dtype)
+    torch_fl.reset_fallback_stats()
+    for v in (x, x.t(), x[:, ::3]):
+        assert torch.equal(v.to("fl:0").max().cpu(), v.max()) and torch.equal(v.to("fl:0").min().cpu(), v.min())
+    for op in ("aten::max", "aten::min"):
+        calls = torch_fl.fallback_stats()[op]
+        assert calls["native"] == 3 and calls["cpu_fallback"] == 0, calls
+    if dtype.is_floating_point:
+        x[2, 3] = float("nan")
+        assert x.to("fl:0").max().isnan().item() and x.to("fl:0").min().isnan().item()
+    with pytest.raises(RuntimeError):
+        torch.zeros(0, dtype=dtype, device="fl:0").max()

@@ -272,6 +272,19 @@ void amin_out(const fl_kernel_call* call) {
                 optional_dims(args, 1), Kind::kMin);
 }
 
+// max.unary_out / min.unary_out(self): every element; NaN wins, an empty input is an error.
+void max_unary_out(const fl_kernel_call* call) {
+  const char* op = "aten::max.unary_out";
+  Args args(call);
+  launch_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op), {}, Kind::kMax);
+}
+
+void min_unary_out(const fl_kernel_call* call) {
+  const char* op = "aten::min.unary_out";
+  Args args(call);
+  launch_reduce(call, op, describe(args.tensor(0), op), describe(args.output(0), op), {}, Kind::kMin);
+}
+
 // ---- arg reductions --------------------------------------------------------------------
 
 // Writes the index (within the reduced dims, row-major) of the first max/min per output,
@@ -543,6 +556,8 @@ void register_reduction_kernels(KernelRegistry& r) {
   r.add("aten::mean.dtype_out", kAllMask, f, guarded<mean_dtype_out>);
   r.add("aten::amax.out", kAllMask, f, guarded<amax_out>);
   r.add("aten::amin.out", kAllMask, f, guarded<amin_out>);
+  r.add("aten::max.unary_out", kAllMask, f, guarded<max_unary_out>);
+  r.add("aten::min.unary_out", kAllMask, f, guarded<min_unary_out>);
   r.add("aten::argmax.out", kAllMask, f, guarded<argmax_out>);
   r.add("aten::argmin.out", kAllMask, f, guarded<argmin_out>);
   r.add("aten::max.dim_max", kAllMask, f, guarded<max_dim_max>);

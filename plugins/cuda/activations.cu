@@ -1,5 +1,5 @@
-// activations.cu — leaky_relu, elu and softplus, and the backward ops of leaky_relu,
-// hardtanh, elu and softplus (hardtanh itself is clamp: the table maps it to k_clamp_out).
+// activations.cu — leaky_relu, elu, softplus and log_sigmoid, and the backward ops of leaky_relu,
+// hardtanh, elu, softplus and log_sigmoid (hardtanh itself is clamp: the table maps it to k_clamp_out).
 // Formulas and branch conditions follow ATen's CUDA kernels (ActivationLeakyReluKernel.cu,
 // ActivationEluKernel.cu, ActivationSoftplusKernel.cu, ActivationHardtanhKernel.cu), in the
 // compute type (float for the 16-bit floats), so NaN and the bounds take the same branch.
@@ -73,6 +73,30 @@ template <class C> struct SoftplusBackwardOp : FloatOnly {
   }
 };
 
+// log_sigmoid_forward's output min(x, 0) - log1p(exp(-|x|)) and buffer exp(-|x|) (ATen's CPU
+// kernel fills the buffer and its CPU backward reads it: a CPU fallback of the backward then
+// finds it filled); the backward below recomputes it from self, as ATen's CUDA kernel does.
+template <class C> struct LogSigmoidOp : FloatOnly {
+  explicit LogSigmoidOp(const OpParams&) {}
+  __device__ C operator()(C a) const {
+    const C lo = a < C(0) ? a : C(0);
+    return lo - dmath::log1p_(dmath::exp_(-dmath::abs_(a)));
+  }
+};
+template <class C> struct LogSigmoidBufferOp : FloatOnly {
+  explicit LogSigmoidBufferOp(const OpParams&) {}
+  __device__ C operator()(C a) const { return dmath::exp_(-dmath::abs_(a)); }
+};
+// (grad, self)
+template <class C> struct LogSigmoidBackwardOp : FloatOnly {
+  explicit LogSigmoidBackwardOp(const OpParams&) {}
+  __device__ C operator()(C grad, C a) const {
+    const bool negative = a < C(0);
+    const C z = dmath::exp_(-dmath::abs_(a));
+    return grad * ((negative ? C(1) : C(0)) - (negative ? C(1) : C(-1)) * (z / (C(1) + z)));
+  }
+};
+
 // Runs Op over the tensors at `tensor_inputs` of the call.
 template <template <class> class Op, int N>
 fl_status_t run_op(const fl_kernel_call* call, const char* name, const int32_t (&tensor_inputs)[N],
@@ -97,6 +121,26 @@ OpParams params(double a, double b = 0.0, double c = 0.0, int mode = 0) {
 }
 
 }  // namespace
+
+// log_sigmoid_forward.output(self) -> (output, buffer)
+FL_CUDA_KERNEL(k_log_sigmoid_forward) {
+  return plugin::guard([&] {
+    const LaunchContext ctx = begin_kernel(call);
+    Args a(call);
+    const std::vector<ElementwiseInput> ins{elementwise_input(a, 0)};
+    const ElementwiseOperands out = plan_elementwise(a.output(0), ins);
+    launch_elementwise<LogSigmoidOp, 1>("aten::log_sigmoid_forward", out, compute_kind_for(out, ins, true), {}, ctx);
+    if (plugin::numel(a.output(1)) == 0) return;
+    const ElementwiseOperands buffer = plan_elementwise(a.output(1), ins);
+    launch_elementwise<LogSigmoidBufferOp, 1>("aten::log_sigmoid_forward", buffer, compute_kind_for(buffer, ins, true),
+                                              {}, ctx);
+  });
+}
+
+// log_sigmoid_backward.grad_input(grad_output, self, buffer): the buffer is not read.
+FL_CUDA_KERNEL(k_log_sigmoid_backward) {
+  return run_op<LogSigmoidBackwardOp, 2>(call, "aten::log_sigmoid_backward", {0, 1}, {});
+}
 
 // leaky_relu.out(self, negative_slope)
 FL_CUDA_KERNEL(k_leaky_relu_out) {

@@ -128,6 +128,9 @@ const fl_kernel_entry kTable[] = {
     entry("aten::elu_backward.grad_input", kFloat, kEw, k_elu_backward),
     entry("aten::softplus.out", kFloat, kEw, k_softplus_out),
     entry("aten::softplus_backward.grad_input", kFloat, kEw, k_softplus_backward),
+    // two outputs, each its own pass over self: not in place
+    entry("aten::log_sigmoid_forward.output", kFloat, kStridedIO | kDet, k_log_sigmoid_forward),
+    entry("aten::log_sigmoid_backward.grad_input", kFloat, kEw, k_log_sigmoid_backward),
     entry("aten::gelu.out", kFloat, kEw, k_gelu_out),
     entry("aten::gelu_backward.grad_input", kFloat, kEw, k_gelu_backward),
     entry("aten::silu.out", kFloat, kEw, k_silu_out),

@@ -55,6 +55,8 @@ fl_status_t k_elu_out(const fl_kernel_call* call);
 fl_status_t k_elu_backward(const fl_kernel_call* call);
 fl_status_t k_softplus_out(const fl_kernel_call* call);
 fl_status_t k_softplus_backward(const fl_kernel_call* call);
+fl_status_t k_log_sigmoid_forward(const fl_kernel_call* call);
+fl_status_t k_log_sigmoid_backward(const fl_kernel_call* call);
 
 // upsample_nearest.cu
 fl_status_t k_upsample_nearest2d(const fl_kernel_call* call);

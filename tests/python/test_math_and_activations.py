@@ -223,3 +223,28 @@ def test_max_and_min_of_every_element_run_native(dtype):
         assert x.to("fl:0").max().isnan().item() and x.to("fl:0").min().isnan().item()
     with pytest.raises(RuntimeError):
         torch.zeros(0, dtype=dtype, device="fl:0").max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_logsigmoid_and_bce_with_logits_match_cpu_natively(dtype):
+    torch.manual_seed(0)
+    x = torch.randn(50, 7, dtype=torch.float64) * 20
+    x[0, :3] = torch.tensor([float("nan"), 0.0, -0.0], dtype=torch.float64)
+    x = x.to(dtype)
+    target = (torch.rand(50, 7) > 0.5).to(dtype)
+    torch_fl.reset_fallback_stats()
+    a, b = x.clone().requires_grad_(), x.clone().to("fl:0").requires_grad_()
+    ya, yb = F.logsigmoid(a), F.logsigmoid(b)
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(yb.detach().cpu(), ya.detach(), rtol=tol, atol=tol, equal_nan=True)
+    g = torch.randn(ya.shape, dtype=dtype)
+    ya.backward(g)
+    yb.backward(g.to("fl:0"))
+    torch.testing.assert_close(b.grad.cpu(), a.grad, rtol=tol, atol=tol, equal_nan=True)
+    for reduction in ("mean", "sum", "none"):
+        want = F.binary_cross_entropy_with_logits(x[1:], target[1:], reduction=reduction)
+        got = F.binary_cross_entropy_with_logits(x[1:].to("fl:0"), target[1:].to("fl:0"), reduction=reduction)
+        torch.testing.assert_close(got.cpu(), want, rtol=tol, atol=tol)
+    fwd = torch_fl.fallback_stats()["aten::log_sigmoid_forward"]
+    bwd = torch_fl.fallback_stats()["aten::log_sigmoid_backward"]
+    assert fwd["native"] == 4 and fwd["cpu_fallback"] == 0 and bwd["native"] == 1, (fwd, bwd)

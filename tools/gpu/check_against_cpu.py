@@ -298,7 +298,11 @@ check("upsample nearest / nearest-exact fwd+bwd (2x, 1.7, size, channels_last, b
                  F.interpolate(x, size=(5, 17)), F.interpolate(x.to(memory_format=torch.channels_last), scale_factor=2),
                  F.interpolate(x.bfloat16(), scale_factor=3).float()),
       torch.randn(2, 8, 12, 12), grad=True, atol=3e-2, rtol=1e-2)
-MATH_OPS |= {"upsample_nearest2d", "upsample_nearest2d_backward", "_upsample_nearest_exact2d",
+check("logsigmoid fwd+bwd, BCE with logits (f32, bf16)",
+      lambda a, t: (F.logsigmoid(a), F.binary_cross_entropy_with_logits(a, t),
+                    F.binary_cross_entropy_with_logits(a.bfloat16(), t.bfloat16(), reduction="none").float()),
+      torch.randn(64, 9) * 10, (torch.rand(64, 9) > 0.5).float(), grad=True, atol=2e-2, rtol=1e-2)
+MATH_OPS |= {"log_sigmoid_forward", "log_sigmoid_backward", "upsample_nearest2d", "upsample_nearest2d_backward", "_upsample_nearest_exact2d",
              "_upsample_nearest_exact2d_backward"}
 print("     math/activation tiers:", tiers_since(before_math, lambda name: name.split("::")[1].split(".")[0] in MATH_OPS))
 

@@ -258,6 +258,9 @@ void add_elementwise(std::map<std::string, CatalogEntry>& table) {
       nullptr, false, false});
   table["aten::softplus.out"] = elementwise("aten::softplus.out", {{D::Any},
       [](fl_dtype_t) { return std::vector<CaseArg>{CaseArg::real(2.0), CaseArg::real(3.0)}; }, nullptr, false, false});
+  // (grad, self, buffer): the buffer is the forward's exp(-|x|); kernels may recompute it
+  table["aten::log_sigmoid_backward.grad_input"] = elementwise("aten::log_sigmoid_backward.grad_input",
+      {{D::Any, D::Any, D::Any}, nullptr, nullptr, false, false});
   table["aten::softplus_backward.grad_input"] = elementwise("aten::softplus_backward.grad_input", {{D::Any, D::Any},
       [](fl_dtype_t) { return std::vector<CaseArg>{CaseArg::real(2.0), CaseArg::real(3.0)}; }, nullptr, false, false});
   // where(condition, self, other): the condition is bool, the primary dtype is self's.

@@ -91,6 +91,10 @@ const std::map<std::string, Fn>& elementwise_table() {
        [](auto& t, auto& s) { return t[0] > 0 ? t[0] * s[1] : std::expm1(t[0] * s[2]) * s[0] * s[1]; }},
       {"aten::softplus.out",
        [](auto& t, auto& s) { return t[0] * s[0] > s[1] ? t[0] : std::log1p(std::exp(t[0] * s[0])) / s[0]; }},
+      {"aten::log_sigmoid_backward.grad_input", [](auto& t, auto&) {
+         const double z = std::exp(-std::fabs(t[1]));
+         return t[0] * ((t[1] < 0 ? 1.0 : 0.0) - (t[1] < 0 ? 1.0 : -1.0) * (z / (1 + z)));
+       }},
       {"aten::softplus_backward.grad_input", [](auto& t, auto& s) {
          const double z = std::exp(t[1] * s[0]);
          return t[1] * s[0] > s[1] ? t[0] : t[0] * z / (z + 1);

@@ -6,6 +6,7 @@
 
 #include "elementwise_engine.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace fl::cpu::kernels::fn {
@@ -76,6 +77,30 @@ struct SoftplusBackward {
   C operator()(C grad, C x) const {
     const C z = std::exp(x * beta);
     return (x * beta) > threshold ? grad : grad * z / (z + C(1));
+  }
+};
+
+// log_sigmoid_forward: output min(x, 0) - log1p(exp(-|x|)), buffer exp(-|x|) (ATen's CPU pair).
+template <class C>
+struct LogSigmoid {
+  explicit LogSigmoid(const Param*) {}
+  C operator()(C a) const { return std::min(C(0), a) - std::log1p(std::exp(-std::abs(a))); }
+};
+
+template <class C>
+struct LogSigmoidBuffer {
+  explicit LogSigmoidBuffer(const Param*) {}
+  C operator()(C a) const { return std::exp(-std::abs(a)); }
+};
+
+// (grad, self): the derivative from self alone (as ATen's CUDA kernel; the buffer is not read).
+template <class C>
+struct LogSigmoidBackward {
+  explicit LogSigmoidBackward(const Param*) {}
+  C operator()(C grad, C a) const {
+    const bool negative = a < C(0);
+    const C z = std::exp(-std::abs(a));
+    return ((negative ? C(1) : C(0)) - (negative ? C(1) : C(-1)) * (z / (C(1) + z))) * grad;
   }
 };
 

@@ -1,4 +1,4 @@
-// activation_kernels.cpp — leaky_relu, hardtanh, elu and softplus with their backward ops,
+// activation_kernels.cpp — leaky_relu, hardtanh, elu, softplus and log_sigmoid with their backward ops,
 // on the broadcasting elementwise engine (functors in activation_functors.hpp). hardtanh is
 // ATen's clamp between its two bounds.
 #include "activation_functors.hpp"
@@ -89,6 +89,26 @@ void softplus_backward_out(const fl_kernel_call* call) {
                                                                  {param_arg(args, 2), param_arg(args, 3)});
 }
 
+// log_sigmoid_forward.output(self) -> (output, buffer): two passes over self.
+void log_sigmoid_forward_out(const fl_kernel_call* call) {
+  const char* op = "aten::log_sigmoid_forward.output";
+  Args args(call);
+  TensorDesc self = describe(args.tensor(0), op);
+  TensorDesc out = describe(args.output(0), op);
+  TensorDesc buffer = describe(args.output(1), op);
+  launch_pointwise(call, op, out, {&self}, {&self}, &select_kernel<fn::LogSigmoid, 1, kFloatingMask>,
+                   Promotion::kSame);
+  if (buffer.numel() > 0)
+    launch_pointwise(call, op, buffer, {&self}, {&self}, &select_kernel<fn::LogSigmoidBuffer, 1, kFloatingMask>,
+                     Promotion::kSame);
+}
+
+// log_sigmoid_backward.grad_input(grad_output, self, buffer)
+void log_sigmoid_backward_out(const fl_kernel_call* call) {
+  activation_backward_body<fn::LogSigmoidBackward, kFloatingMask>(call, "aten::log_sigmoid_backward.grad_input", 0, 1,
+                                                                   {});
+}
+
 }  // namespace
 
 void register_activation_kernels(KernelRegistry& r) {
@@ -101,6 +121,9 @@ void register_activation_kernels(KernelRegistry& r) {
   r.add("aten::elu_backward.grad_input", kFloatingMask, f, guarded<elu_backward_out>);
   r.add("aten::softplus.out", kFloatingMask, f, guarded<softplus_out>);
   r.add("aten::softplus_backward.grad_input", kFloatingMask, f, guarded<softplus_backward_out>);
+  // Two outputs, each its own pass: not in place over self.
+  r.add("aten::log_sigmoid_forward.output", kFloatingMask, FL_KERNEL_STRIDED_INPUTS, guarded<log_sigmoid_forward_out>);
+  r.add("aten::log_sigmoid_backward.grad_input", kFloatingMask, f, guarded<log_sigmoid_backward_out>);
 }
 
 }  // namespace fl::cpu::kernels

@@ -248,3 +248,14 @@ def test_logsigmoid_and_bce_with_logits_match_cpu_natively(dtype):
     fwd = torch_fl.fallback_stats()["aten::log_sigmoid_forward"]
     bwd = torch_fl.fallback_stats()["aten::log_sigmoid_backward"]
     assert fwd["native"] == 4 and fwd["cpu_fallback"] == 0 and bwd["native"] == 1, (fwd, bwd)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool], ids=str)
+def test_logical_not_matches_cpu_natively(dtype):
+    x = torch.tensor([[0, 1, -2], [3, 0, 0]]).to(dtype)
+    if dtype.is_floating_point:
+        x[1, 2] = float("nan")
+    torch_fl.reset_fallback_stats()
+    for v in (x, x.t()):
+        assert torch.equal(torch.logical_not(v.to("fl:0")).cpu(), torch.logical_not(v))
+    assert op_calls(torch_fl.fallback_stats(), "aten::logical_not")["native"] == 2

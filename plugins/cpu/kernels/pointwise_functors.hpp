@@ -315,6 +315,13 @@ FL_CPU_BITWISE(BitwiseOr, |)
 FL_CPU_BITWISE(BitwiseXor, ^)
 #undef FL_CPU_BITWISE
 
+// logical_not (bool out): true where the value is zero (NaN is non-zero).
+template <class C>
+struct LogicalNot {
+  explicit LogicalNot(const Param*) {}
+  bool operator()(C a) const { return a == C(0); }
+};
+
 // Logical ops (bool out): a value is true when non-zero, NaN included.
 #define FL_CPU_LOGICAL(NAME, OP)                                          \
   template <class C>                                                      \

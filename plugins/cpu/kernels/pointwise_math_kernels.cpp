@@ -1,6 +1,6 @@
 // pointwise_math_kernels.cpp — more elementwise math on the broadcasting engine: sin, cos,
 // erf, expm1, log1p; the rounding ops floor, ceil, round, trunc (the identity on integers, as
-// ATen); bitwise and/or/xor of integers and bools; pow with a Scalar base.
+// ATen); logical_not; bitwise and/or/xor of integers and bools; pow with a Scalar base.
 #include "kernel_table.hpp"
 #include "pointwise_common.hpp"
 #include "pointwise_functors.hpp"
@@ -32,6 +32,16 @@ FL_CPU_UNARY_ENTRY(ceil_out, "aten::ceil.out", Ceil, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(round_out, "aten::round.out", Round, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(trunc_out, "aten::trunc.out", Trunc, kArithmeticMask, kSame)
 #undef FL_CPU_UNARY_ENTRY
+
+// logical_not.out(self): a bool output only (ATen also writes other dtypes: those fall back).
+void logical_not_out(const fl_kernel_call* call) {
+  const char* op = "aten::logical_not.out";
+  Args args(call);
+  TensorDesc self = describe(args.tensor(0), op);
+  TensorDesc out = describe(args.output(0), op);
+  launch_pointwise(call, op, out, {&self}, {&self}, &select_kernel<fn::LogicalNot, 1, kAllMask, true>,
+                   Promotion::kCompare);
+}
 
 // bitwise_<op>.Tensor_out(self, other) / .Scalar_out(self, Scalar other).
 template <template <class> class Op, bool ScalarOther>
@@ -87,6 +97,7 @@ void register_pointwise_math_kernels(KernelRegistry& r) {
   r.add("aten::ceil.out", kArithmeticMask, f, guarded<ceil_out>);
   r.add("aten::round.out", kArithmeticMask, f, guarded<round_out>);
   r.add("aten::trunc.out", kArithmeticMask, f, guarded<trunc_out>);
+  r.add("aten::logical_not.out", kAllMask, f, guarded<logical_not_out>);
   constexpr uint64_t kBitwise = kIntegralMask | bit(FL_DTYPE_BOOL);
   r.add("aten::bitwise_and.Tensor_out", kBitwise, f, guarded<bitwise_and_out>);
   r.add("aten::bitwise_or.Tensor_out", kBitwise, f, guarded<bitwise_or_out>);

@@ -121,3 +121,27 @@ def test_output_meta_cache_ignores_float_values_where_shapes_do_not_depend_on_th
         got = F.interpolate(img, scale_factor=scale, mode="nearest")
         assert got.shape == (1, 1, int(4 * scale), int(4 * scale))
         torch.testing.assert_close(got.cpu(), F.interpolate(img.cpu(), scale_factor=scale, mode="nearest"))
+
+
+def test_fallback_survey_lists_what_did_not_run_native():
+    """tools/fallback_survey.py on the CPU plugin: every family runs, each listed op is one the
+    fallback counters saw leave the native tier, and the ops made native for these families
+    (rotary sin/cos, nearest upsampling, log_sigmoid, leaky_relu, hardtanh...) are not listed."""
+    import pathlib
+    import subprocess
+    import sys
+
+    tool = pathlib.Path(__file__).resolve().parents[2] / "tools" / "fallback_survey.py"
+    run = subprocess.run([sys.executable, str(tool), "fl:0"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    for family in ("llama", "unet", "vit", "gan_discriminator", "metrics_and_losses"):
+        assert f"== {family}:" in run.stdout
+    listed = [line.split()[0] for line in run.stdout.splitlines() if line.startswith("   aten::")]
+    assert listed, run.stdout  # the CPU plugin leaves its random fills to ATen on purpose
+    assert "aten::normal_" in listed
+    for native in ("aten::sin", "aten::cos", "aten::upsample_nearest2d", "aten::log_sigmoid_forward",
+                   "aten::leaky_relu", "aten::hardtanh", "aten::erf", "aten::max", "aten::bitwise_and"):
+        assert not any(op == native or op.startswith(native + ".") for op in listed), (native, listed)
+    strict = subprocess.run([sys.executable, str(tool), "fl:0", "--strict"], capture_output=True, text=True,
+                            timeout=300)
+    assert strict.returncode == 1  # the random fills count as CPU fallback

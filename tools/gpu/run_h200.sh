@@ -35,6 +35,7 @@
 #                 plugin, the CUDA plugin and torch's CPU for an optimizer's elementwise steps
 #   hetero        bench/hetero.py and examples/hetero_train.py on the CPU + CUDA plugins
 #   hetero_example  examples/hetero_train.py alone
+#   fallback_survey tools/fallback_survey.py: ops of common model families not native on CUDA
 #   hetero_target the H200 target as the ninth session measured it: the wide-MLP example
 #                 on pinned rows at batch 65536 (1,048,576 rows, 12 epochs), FL_CPU_THREADS=12
 #                 unless set; FL_HETERO_TARGET_RUNS runs (default 1); FL_HETERO_TARGET_BATCH,
@@ -198,6 +199,13 @@ step_bench_compare() {
 step_check_ops() {
   python_env
   "$PY" tools/gpu/check_against_cpu.py fl:0
+}
+
+# tools/fallback_survey.py: which ops of small LLaMA/UNet/ViT/GAN steps and metric code are not
+# native on the CUDA plugin.
+step_fallback_survey() {
+  python_env
+  "$PY" tools/fallback_survey.py fl:0
 }
 
 # Bit-for-bit agreement of the CUDA plugin's elementwise arithmetic with PyTorch's own CUDA.

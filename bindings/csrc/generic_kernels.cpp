@@ -1,5 +1,7 @@
 #include "generic_kernels.h"
 
+#include "generic_losses.h"
+
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/native/TypeProperties.h>
@@ -322,6 +324,11 @@ const std::unordered_map<std::string, GenericKernel>& registry() {
          out[0].fill_(0);
          return true;
        }},
+      {"aten::smooth_l1_loss.out", smooth_l1_loss},
+      {"aten::smooth_l1_loss_backward.grad_input", smooth_l1_loss_backward},
+      {"aten::huber_loss.out", huber_loss},
+      {"aten::huber_loss_backward.out", huber_loss_backward},
+      {"aten::xlogy.OutTensor", xlogy},
       {"aten::batch_norm_stats.out", batch_norm_stats},
       {"aten::batch_norm_gather_stats_with_counts.out", batch_norm_gather_stats_with_counts},
       {"aten::batch_norm_elemt.out", batch_norm_elemt},

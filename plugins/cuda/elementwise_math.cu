@@ -1,4 +1,4 @@
-// elementwise_math.cu — sin, cos, erf, expm1, log1p; the rounding ops floor, ceil, round
+// elementwise_math.cu — sin, cos, erf, expm1, log1p, sign; the rounding ops floor, ceil, round
 // (ties to even), trunc, the identity on integers as in ATen; bitwise and/or/xor of integers
 // and bools. Formulas follow ATen's CUDA kernels; the float types compute in float (16-bit
 // storage included) or double.
@@ -35,6 +35,13 @@ FL_CUDA_ROUNDING(CeilOp, dmath::ceil_(a))
 FL_CUDA_ROUNDING(RoundOp, dmath::nearbyint_(a))
 FL_CUDA_ROUNDING(TruncOp, dmath::trunc_(a))
 #undef FL_CUDA_ROUNDING
+
+// c10::signum: (0 < a) - (a < 0) (NaN and both zeros give +0); integers and bools (as 0/1,
+// stored back as bool: the identity) alike.
+template <class C> struct SignOp : OpTraits {
+  explicit SignOp(const OpParams&) {}
+  __device__ C operator()(C a) const { return C(static_cast<int>(C(0) < a) - static_cast<int>(a < C(0))); }
+};
 
 // mode 0 and, 1 or, 2 xor; on int64 values (bools arrive as 0/1 and are stored back as bools).
 template <class C> struct BitwiseOp : OpTraits {
@@ -85,6 +92,7 @@ FL_CUDA_KERNEL(k_floor_out) { return run_op<FloorOp, 1>(call, "aten::floor", {})
 FL_CUDA_KERNEL(k_ceil_out) { return run_op<CeilOp, 1>(call, "aten::ceil", {}); }
 FL_CUDA_KERNEL(k_round_out) { return run_op<RoundOp, 1>(call, "aten::round", {}); }
 FL_CUDA_KERNEL(k_trunc_out) { return run_op<TruncOp, 1>(call, "aten::trunc", {}); }
+FL_CUDA_KERNEL(k_sign_out) { return run_op<SignOp, 1>(call, "aten::sign", {}); }
 // bitwise_<op>.Tensor_out(self, other) and .Scalar_out(self, Scalar other)
 FL_CUDA_KERNEL(k_bitwise_and_out) { return run_bitwise(call, 0, "aten::bitwise_and"); }
 FL_CUDA_KERNEL(k_bitwise_or_out) { return run_bitwise(call, 1, "aten::bitwise_or"); }

@@ -113,6 +113,9 @@ const fl_kernel_entry kTable[] = {
     entry("aten::ceil.out", kFloat | kInt, kEwExact, k_ceil_out),
     entry("aten::round.out", kFloat | kInt, kEwExact, k_round_out),
     entry("aten::trunc.out", kFloat | kInt, kEwExact, k_trunc_out),
+    // sgn is sign for real dtypes: L1 losses' backward calls it
+    entry("aten::sign.out", kReal, kEwExact, k_sign_out),
+    entry("aten::sgn.out", kReal, kEwExact, k_sign_out),
     entry("aten::bitwise_and.Tensor_out", kInt | kBool, kEwExact, k_bitwise_and_out),
     entry("aten::bitwise_or.Tensor_out", kInt | kBool, kEwExact, k_bitwise_or_out),
     entry("aten::bitwise_xor.Tensor_out", kInt | kBool, kEwExact, k_bitwise_xor_out),

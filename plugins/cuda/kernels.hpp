@@ -43,6 +43,7 @@ fl_status_t k_floor_out(const fl_kernel_call* call);
 fl_status_t k_ceil_out(const fl_kernel_call* call);
 fl_status_t k_round_out(const fl_kernel_call* call);
 fl_status_t k_trunc_out(const fl_kernel_call* call);
+fl_status_t k_sign_out(const fl_kernel_call* call);
 fl_status_t k_bitwise_and_out(const fl_kernel_call* call);
 fl_status_t k_bitwise_or_out(const fl_kernel_call* call);
 fl_status_t k_bitwise_xor_out(const fl_kernel_call* call);

@@ -259,3 +259,29 @@ def test_logical_not_matches_cpu_natively(dtype):
     for v in (x, x.t()):
         assert torch.equal(torch.logical_not(v.to("fl:0")).cpu(), torch.logical_not(v))
     assert op_calls(torch_fl.fallback_stats(), "aten::logical_not")["native"] == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.int64, torch.uint8, torch.bool],
+                         ids=str)
+def test_sign_and_sgn_match_cpu_natively(dtype):
+    x = torch.tensor([[-3, 0, 2], [5, -1, 0]]).to(dtype)
+    if dtype.is_floating_point:
+        x[1, 2] = float("nan")
+        x[0, 1] = -0.0
+    torch_fl.reset_fallback_stats()
+    for fn in (torch.sign, torch.sgn):
+        for v in (x, x.t()):
+            assert torch.equal(fn(v.to("fl:0")).cpu(), fn(v))
+    assert op_calls(torch_fl.fallback_stats(), "aten::sign")["native"] == 2
+    assert op_calls(torch_fl.fallback_stats(), "aten::sgn")["native"] == 2
+
+
+def test_l1_loss_gradient_runs_native():
+    x = torch.randn(6, 5, requires_grad=True)
+    y = torch.randn(6, 5)
+    b = x.detach().to("fl:0").requires_grad_()
+    torch_fl.reset_fallback_stats()
+    F.l1_loss(b, y.to("fl:0")).backward()
+    F.l1_loss(x, y).backward()
+    torch.testing.assert_close(b.grad.cpu(), x.grad)
+    assert not any(v["cpu_fallback"] for v in torch_fl.fallback_stats().values())

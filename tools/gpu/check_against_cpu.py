@@ -302,7 +302,13 @@ check("logsigmoid fwd+bwd, BCE with logits (f32, bf16)",
       lambda a, t: (F.logsigmoid(a), F.binary_cross_entropy_with_logits(a, t),
                     F.binary_cross_entropy_with_logits(a.bfloat16(), t.bfloat16(), reduction="none").float()),
       torch.randn(64, 9) * 10, (torch.rand(64, 9) > 0.5).float(), grad=True, atol=2e-2, rtol=1e-2)
-MATH_OPS |= {"log_sigmoid_forward", "log_sigmoid_backward", "upsample_nearest2d", "upsample_nearest2d_backward", "_upsample_nearest_exact2d",
+check("smooth_l1/huber/l1 fwd+bwd, KL div (generic tier), sign",
+      lambda a, b: (F.smooth_l1_loss(a, b), F.smooth_l1_loss(a, b, beta=0.5, reduction="none"),
+                    F.huber_loss(a, b, delta=2.0), F.l1_loss(a, b), torch.sign(a - b),
+                    F.kl_div(F.log_softmax(a, 1), F.softmax(b, 1), reduction="batchmean")),
+      torch.randn(32, 10) * 2, torch.randn(32, 10) * 2, grad=True, rtol=1e-5)
+MATH_OPS |= {"smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_loss_backward", "xlogy", "sign",
+             "sgn", "log_sigmoid_forward", "log_sigmoid_backward", "upsample_nearest2d", "upsample_nearest2d_backward", "_upsample_nearest_exact2d",
              "_upsample_nearest_exact2d_backward"}
 print("     math/activation tiers:", tiers_since(before_math, lambda name: name.split("::")[1].split(".")[0] in MATH_OPS))
 

@@ -184,6 +184,7 @@ void add_elementwise(std::map<std::string, CatalogEntry>& table) {
   unary("aten::tanh.out", D::Any, false);
   unary("aten::silu.out", D::Any, false);
   unary("aten::sign.out", D::Coarse, true);
+  unary("aten::sgn.out", D::Coarse, true);
   unary("aten::reciprocal.out", D::NonZero, false);
   unary("aten::zero.out", D::Any, true);
   table["aten::gelu.out"] = elementwise("aten::gelu.out", {{D::Any}, [](fl_dtype_t) {

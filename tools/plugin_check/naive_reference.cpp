@@ -36,6 +36,7 @@ const std::map<std::string, Fn>& elementwise_table() {
       {"aten::tanh.out", [](auto& t, auto&) { return std::tanh(t[0]); }},
       {"aten::silu.out", [](auto& t, auto&) { return t[0] * sigmoid(t[0]); }},
       {"aten::sign.out", [](auto& t, auto&) { return static_cast<double>((t[0] > 0) - (t[0] < 0)); }},
+      {"aten::sgn.out", [](auto& t, auto&) { return static_cast<double>((t[0] > 0) - (t[0] < 0)); }},
       {"aten::reciprocal.out", [](auto& t, auto&) { return 1 / t[0]; }},
       {"aten::zero.out", [](auto&, auto&) { return 0.0; }},
       {"aten::add.out", [](auto& t, auto& s) { return t[0] + s[0] * t[1]; }},

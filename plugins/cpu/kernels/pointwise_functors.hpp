@@ -60,6 +60,16 @@ FL_CPU_UNARY(Expm1, std::expm1(a))
 FL_CPU_UNARY(Log1p, std::log1p(a))
 #undef FL_CPU_UNARY
 
+// sign: (0 < a) - (a < 0) (NaN and both zeros give +0, as c10::signum); bool: the identity.
+template <class C>
+struct Sign {
+  explicit Sign(const Param*) {}
+  C operator()(C a) const {
+    if constexpr (std::is_same_v<C, bool>) return a;
+    else return static_cast<C>(static_cast<int>(C(0) < a) - static_cast<int>(a < C(0)));
+  }
+};
+
 // Rounding to an integral value: the identity on integers (ATen copies them); round is to
 // nearest, ties to even (std::nearbyint in the default mode, as ATen's CPU kernel).
 #define FL_CPU_ROUNDING(NAME, EXPR)                              \

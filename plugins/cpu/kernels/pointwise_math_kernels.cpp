@@ -1,5 +1,5 @@
 // pointwise_math_kernels.cpp — more elementwise math on the broadcasting engine: sin, cos,
-// erf, expm1, log1p; the rounding ops floor, ceil, round, trunc (the identity on integers, as
+// erf, expm1, log1p, sign; the rounding ops floor, ceil, round, trunc (the identity on integers, as
 // ATen); logical_not; bitwise and/or/xor of integers and bools; pow with a Scalar base.
 #include "kernel_table.hpp"
 #include "pointwise_common.hpp"
@@ -31,6 +31,7 @@ FL_CPU_UNARY_ENTRY(floor_out, "aten::floor.out", Floor, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(ceil_out, "aten::ceil.out", Ceil, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(round_out, "aten::round.out", Round, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(trunc_out, "aten::trunc.out", Trunc, kArithmeticMask, kSame)
+FL_CPU_UNARY_ENTRY(sign_out, "aten::sign.out", Sign, kAllMask, kSame)
 #undef FL_CPU_UNARY_ENTRY
 
 // logical_not.out(self): a bool output only (ATen also writes other dtypes: those fall back).
@@ -97,6 +98,9 @@ void register_pointwise_math_kernels(KernelRegistry& r) {
   r.add("aten::ceil.out", kArithmeticMask, f, guarded<ceil_out>);
   r.add("aten::round.out", kArithmeticMask, f, guarded<round_out>);
   r.add("aten::trunc.out", kArithmeticMask, f, guarded<trunc_out>);
+  // sgn is sign for real dtypes (the plugin holds no complex ones): L1 losses' backward calls it
+  r.add("aten::sign.out", kAllMask, f, guarded<sign_out>);
+  r.add("aten::sgn.out", kAllMask, f, guarded<sign_out>);
   r.add("aten::logical_not.out", kAllMask, f, guarded<logical_not_out>);
   constexpr uint64_t kBitwise = kIntegralMask | bit(FL_DTYPE_BOOL);
   r.add("aten::bitwise_and.Tensor_out", kBitwise, f, guarded<bitwise_and_out>);

@@ -36,6 +36,8 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_attention_kernels(registry);
     register_pointwise_math_kernels(registry);
     register_activation_kernels(registry);
+    register_group_norm_kernels(registry);
+    register_variance_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

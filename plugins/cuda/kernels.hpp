@@ -132,6 +132,15 @@ fl_status_t k_nll_loss_backward(const fl_kernel_call* call);
 fl_status_t k_native_layer_norm(const fl_kernel_call* call);
 fl_status_t k_native_layer_norm_backward(const fl_kernel_call* call);
 
+// group_norm.cu
+fl_status_t k_native_group_norm_backward(const fl_kernel_call* call);
+
+// variance.cu
+fl_status_t k_var_correction_out(const fl_kernel_call* call);
+fl_status_t k_std_correction_out(const fl_kernel_call* call);
+fl_status_t k_var_mean_correction_out(const fl_kernel_call* call);
+fl_status_t k_std_mean_correction_out(const fl_kernel_call* call);
+
 // embedding.cu
 fl_status_t k_index_select_out(const fl_kernel_call* call);
 fl_status_t k_embedding_dense_backward(const fl_kernel_call* call);

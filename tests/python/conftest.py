@@ -13,6 +13,10 @@ import tempfile  # noqa: E402
 
 os.environ["FL_CPU_DEVICES"] = "2"
 os.environ.pop("FL_PLUGIN_PATH", None)   # the core then loads the plugins of its own build tree
+# FL_TEST_PLUGIN_PATH: these tests against the plugins of another build tree (a branch's
+# worktree) through this binding, e.g. FL_TEST_PLUGIN_PATH=/tmp/wt/build/plugins/cpu.
+if os.environ.get("FL_TEST_PLUGIN_PATH"):
+    os.environ["FL_PLUGIN_PATH"] = os.environ["FL_TEST_PLUGIN_PATH"]
 # Hermetic configuration: an empty config file (all defaults) instead of ~/.torch_fl/config.yaml,
 # and none of the shell's overrides. FL_CPU_HOST_ACCESSIBLE is kept: test_staging sets it.
 for _var in ("FL_FALLBACK_STRICT", "FL_ENABLE_CPU_FALLBACK", "FL_ENABLE_GENERIC_KERNEL", "FL_MEMORY_FRACTION",

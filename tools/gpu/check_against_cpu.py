@@ -313,6 +313,35 @@ MATH_OPS |= {"smooth_l1_loss", "smooth_l1_loss_backward", "huber_loss", "huber_l
 print("     math/activation tiers:", tiers_since(before_math, lambda name: name.split("::")[1].split(".")[0] in MATH_OPS))
 
 
+before_statistics = torch_fl.fallback_stats()
+STATISTICS_OPS = {"native_group_norm_backward", "var", "std", "var_mean", "std_mean"}
+check("group_norm fwd+bwd f32 (HxW 1024: warp rows)",
+      lambda x, w, b, g: F.group_norm(x, 8, w, b) * g, torch.randn(2, 64, 32, 32) * 2 + 1, torch.rand(64) + 0.5,
+      torch.randn(64), torch.randn(2, 64, 32, 32), grad=True)
+check("group_norm fwd+bwd f32 (HxW 4096: block rows, [N, C])",
+      lambda x, w, b, g, y: (F.group_norm(x, 32, w, b) * g, F.group_norm(y, 4) * y.cos()),
+      torch.randn(1, 64, 64, 64), torch.rand(64) + 0.5, torch.randn(64), torch.randn(1, 64, 64, 64),
+      torch.randn(16, 12), grad=True)
+check("group_norm fwd+bwd bf16 and f64",
+      lambda x, w, g: (F.group_norm(x.bfloat16(), 4, w.bfloat16()) * g.bfloat16(), F.group_norm(x.double(), 2, w.double())
+                       * g.double()), torch.randn(3, 16, 9, 9), torch.rand(16) + 0.5, torch.randn(3, 16, 9, 9),
+      grad=True, atol=5e-2, rtol=2e-2)
+check("var/std/var_mean/std_mean: dims, corrections, layouts",
+      lambda a: tuple(t for d in (None, 1, (0, 2), -1) for c in (0, 1, 2)
+                      for t in (torch.var(a, d, correction=c), torch.std(a.transpose(0, 2), d, correction=c),
+                                *torch.var_mean(a, d, correction=c, keepdim=True), *torch.std_mean(a[:, ::2], d))),
+      torch.randn(6, 40, 30) * 3 + 10, rtol=1e-5)
+check("var_mean: block, split-column and warp launch shapes",
+      lambda a, b: (*torch.var_mean(a, -1), *torch.var_mean(b, 0), *torch.std_mean(b, 1), torch.var(a.bfloat16(), 1)
+                    .float(), torch.var(a.double(), 0)), torch.randn(16, 50000) + 5, torch.randn(8192, 64) * 4,
+      rtol=1e-4)
+check("var/std fwd+bwd; NaN of one element and empty",
+      lambda a: (a.var(1), a.std(0, correction=0), a[:1].var(0).isnan().float(), a[:, :0].var(1).isnan().float(),
+                 torch.var_mean(a[:, :0], 1)[1].isnan().float()), torch.randn(7, 9), grad=True, rtol=1e-5)
+print("     group_norm/variance tiers:",
+      tiers_since(before_statistics, lambda name: name.split("::")[1].split(".")[0] in STATISTICS_OPS))
+
+
 random_fills()
 
 

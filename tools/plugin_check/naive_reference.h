@@ -15,6 +15,10 @@ namespace fl::check {
 // nullopt when there is no naive implementation of `op`.
 std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const KernelCase& c);
 
+// naive_run's part for group norm's backward and the variance reductions
+// (naive_reference_statistics.cpp).
+std::optional<std::vector<HostTensor>> naive_run_statistics(const std::string& op, const KernelCase& c);
+
 // Per-channel mean and 1/sqrt(biased var + eps) (0 where var + eps is 0) of x [N, C, *], as a
 // training batch norm computes them; also the saved statistics of the catalog's backward cases.
 void batch_norm_stats(const HostTensor& x, double eps, std::vector<double>& mean, std::vector<double>& invstd);

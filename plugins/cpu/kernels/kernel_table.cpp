@@ -37,6 +37,8 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_pointwise_math_kernels(registry);
     register_activation_kernels(registry);
     register_upsample_kernels(registry);
+    register_group_norm_kernels(registry);
+    register_variance_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

@@ -53,5 +53,7 @@ void register_attention_kernels(KernelRegistry& registry);
 void register_pointwise_math_kernels(KernelRegistry& registry);
 void register_activation_kernels(KernelRegistry& registry);
 void register_upsample_kernels(KernelRegistry& registry);
+void register_group_norm_kernels(KernelRegistry& registry);
+void register_variance_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

@@ -9,7 +9,6 @@
 #include "pointwise_common.hpp"
 #include "pointwise_functors.hpp"
 
-#include <functional>
 #include <optional>
 #include <utility>
 
@@ -60,29 +59,6 @@ BlasOperand blas_operand(const MatrixView& v, std::vector<T>& scratch) {
   scratch.resize(static_cast<size_t>(rows * cols));
   gather_matrix(v, reinterpret_cast<const T*>(v.data), scratch.data());
   return {scratch.data(), CblasNoTrans, std::max<int64_t>(1, cols)};
-}
-
-// The bytes a tensor's elements span, [first, last) (ATen's strides are not negative).
-std::pair<const char*, const char*> byte_span(const TensorDesc& t) {
-  const int64_t elem = static_cast<int64_t>(plugin::dtype_size(t.dtype));
-  int64_t last = 0;
-  for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * t.strides[d];
-  return {t.data, t.data + (last + 1) * elem};
-}
-
-bool shares_bytes(const TensorDesc& x, const TensorDesc& y) {
-  if (x.numel() == 0 || y.numel() == 0) return false;
-  auto [x0, x1] = byte_span(x);
-  auto [y0, y1] = byte_span(y);
-  return std::less<const char*>()(x0, y1) && std::less<const char*>()(y0, x1);
-}
-
-// Whether two descriptors name the same elements in the same order (a bias that is the output).
-bool same_elements(const TensorDesc& x, const TensorDesc& y) {
-  if (x.data != y.data || x.ndim != y.ndim || x.dtype != y.dtype) return false;
-  for (int d = 0; d < x.ndim; ++d)
-    if (x.shape[d] != y.shape[d] || (x.shape[d] > 1 && x.strides[d] != y.strides[d])) return false;
-  return true;
 }
 
 // A contiguous copy of every matrix of `v` in `store`, and the view of it: for an operand the
@@ -174,8 +150,8 @@ void launch_gemm(const fl_kernel_call* call, const char* op, const TensorDesc& a
   // copy, then by BLAS, which reads its operands while it writes); so is a bias that shares
   // it other than as the output itself (addmm(x.t(), a, w, out=x)): the bias copy would read
   // elements it has already written.
-  const bool copy_a = shares_bytes(out, a), copy_b = shares_bytes(out, b);
-  const bool copy_bias = bias_copy && !bias->host_scalar && shares_bytes(out, *bias) && !same_elements(out, *bias);
+  const bool copy_a = overlaps(out, a), copy_b = overlaps(out, b);
+  const bool copy_bias = bias_copy && !bias->host_scalar && overlaps(out, *bias) && !same_elements(out, *bias);
   const auto bias_span = copy_bias ? byte_span(*bias) : std::pair<const char*, const char*>{};
   submit(call, [=] {
     auto run = [&](auto zero) {

@@ -39,6 +39,9 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_upsample_kernels(registry);
     register_group_norm_kernels(registry);
     register_variance_kernels(registry);
+    register_gather_scatter_kernels(registry);
+    register_flip_kernels(registry);
+    register_scan_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

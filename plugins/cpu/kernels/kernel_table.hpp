@@ -55,5 +55,8 @@ void register_activation_kernels(KernelRegistry& registry);
 void register_upsample_kernels(KernelRegistry& registry);
 void register_group_norm_kernels(KernelRegistry& registry);
 void register_variance_kernels(KernelRegistry& registry);
+void register_gather_scatter_kernels(KernelRegistry& registry);
+void register_flip_kernels(KernelRegistry& registry);
+void register_scan_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

@@ -5,6 +5,9 @@
 #include "../cpu_runtime.hpp"
 #include "../device_address.hpp"
 
+#include <functional>
+#include <utility>
+
 namespace fl::cpu::kernels {
 
 TensorDesc describe(const fl_tensor& t, const char* op) {
@@ -63,6 +66,27 @@ std::string shape_string(const TensorDesc& t) {
   std::string s = "[";
   for (int d = 0; d < t.ndim; ++d) s += (d ? ", " : "") + std::to_string(t.shape[d]);
   return s + "]";
+}
+
+std::pair<const char*, const char*> byte_span(const TensorDesc& t) {
+  if (t.numel() == 0 || t.data == nullptr) return {t.data, t.data};
+  int64_t last = 0;
+  for (int d = 0; d < t.ndim; ++d) last += (t.shape[d] - 1) * t.strides[d];
+  return {t.data, t.data + (last + 1) * static_cast<int64_t>(plugin::dtype_size(t.dtype))};
+}
+
+bool overlaps(const TensorDesc& a, const TensorDesc& b) {
+  const auto [a_first, a_last] = byte_span(a);
+  const auto [b_first, b_last] = byte_span(b);
+  const std::less<const char*> before;
+  return a_first != a_last && b_first != b_last && before(a_first, b_last) && before(b_first, a_last);
+}
+
+bool same_elements(const TensorDesc& a, const TensorDesc& b) {
+  if (a.data != b.data || a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.strides[d] != b.strides[d])) return false;
+  return true;
 }
 
 }  // namespace fl::cpu::kernels

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fl::cpu::kernels {
@@ -60,5 +61,17 @@ void contiguous_strides(const int64_t* shape, int ndim, int64_t* strides);
 [[noreturn]] void invalid(const std::string& op, const std::string& why);
 
 std::string shape_string(const TensorDesc& t);
+
+// The bytes a tensor's elements span, [first, last) (ATen's strides are not negative); first ==
+// last for an empty tensor.
+std::pair<const char*, const char*> byte_span(const TensorDesc& t);
+
+// Whether two tensors' byte spans intersect. A conservative test: interleaved views (x[::2],
+// x[1::2]) count as overlapping.
+bool overlaps(const TensorDesc& a, const TensorDesc& b);
+
+// The same elements in the same memory: address, dtype, shape, and strides over every dim of
+// more than one element (an output that is its input, as in-place ops pass them).
+bool same_elements(const TensorDesc& a, const TensorDesc& b);
 
 }  // namespace fl::cpu::kernels

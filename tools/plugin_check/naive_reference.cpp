@@ -502,7 +502,8 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   if (base == "aten::native_batch_norm" || base == "aten::_native_batch_norm_legit") return run_batch_norm(c, false);
   if (base == "aten::_native_batch_norm_legit_no_training") return run_batch_norm(c, true);
   if (base == "aten::native_batch_norm_backward") return run_batch_norm_backward(c);
-  return naive_run_statistics(op, c);
+  if (auto statistics = naive_run_statistics(op, c)) return statistics;
+  return naive_run_indexing(op, c);
 }
 
 }  // namespace fl::check

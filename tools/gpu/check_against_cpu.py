@@ -139,6 +139,61 @@ check("conv+max_pool channels_last bf16 fwd+bwd",
       x4, torch.randn(32, 16, 3, 3), grad=True, atol=1e-1, rtol=2e-2)
 
 
+def distinct_rows(rows, bound, cols, seed):
+    """[rows, cols] int64 indices, distinct down each column: scatter's winner for a repeated
+    index is unspecified on a GPU, so the compared calls repeat none."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randperm(bound, generator=g)[:rows] for _ in range(cols)], 1)
+
+
+index_ops = ("gather", "scatter", "scatter_", "scatter_add", "scatter_add_", "flip", "cumsum", "cumsum_")
+before_index = torch_fl.fallback_stats()
+g_index = torch.randint(0, 33, (64, 50), generator=torch.Generator().manual_seed(3))   # repeats
+s_index = distinct_rows(40, 64, 33, 4)
+a_index = torch.randint(0, 64, (100, 33), generator=torch.Generator().manual_seed(5))  # repeats
+check("gather/scatter/scatter_add fwd+bwd f32",
+      lambda x, s: (torch.gather(x, 1, g_index.to(x.device)), x.scatter(0, s_index.to(x.device), s[:40]),
+                    x.scatter(0, s_index.to(x.device), -2.5), x.scatter_add(0, a_index.to(x.device), s),
+                    x.t().gather(0, g_index.t().to(x.device)), x.t().scatter_add(1, a_index.t().to(x.device), s.t())),
+      torch.randn(64, 33), torch.randn(100, 33), grad=True, rtol=1e-5)
+check("gather/scatter_add bf16, int32 index, int64 values",
+      lambda x, s: (torch.gather(x.bfloat16(), 1, g_index.int().to(x.device)).float(),
+                    x.bfloat16().scatter_add(0, a_index.to(x.device), s.bfloat16()).float(),
+                    x.half().scatter_add(0, a_index.to(x.device), s.half()).float(),
+                    (x * 100).long().scatter_add(0, a_index.to(x.device), (s * 100).long()).float(),
+                    (x * 100).int().gather(1, g_index.to(x.device)).float()),
+      torch.randn(64, 33), torch.randn(100, 33), atol=6e-2, rtol=2e-2)
+check("scatter_/scatter_add_ in place on a transposed view, one_hot",
+      lambda x, s: (x.clone().t().scatter_(1, s_index.t().to(x.device), s[:40].t()),
+                    x.clone().t().scatter_add_(1, a_index.t().to(x.device), s.t()),
+                    F.one_hot(a_index[:, 0].to(x.device), 64).float()),
+      torch.randn(64, 33), torch.randn(100, 33), rtol=1e-5)
+check("flip dims, transposed, int64, bool",
+      lambda x: (x.flip(0), x.flip([0, -1]), x.transpose(1, 3).flip(2), (x * 10).long().flip([1, 2]).float(),
+                 (x > 0).flip(3).float()), x4, grad=True)
+check("cumsum f32 (double sum), bf16, int, dtype=, long line, in place fwd+bwd",
+      lambda x, y: (x.cumsum(1), x.cumsum(-1), x.transpose(1, 3).cumsum(2), x.bfloat16().cumsum(3).float(),
+                    (x * 10).long().cumsum(0).float(), (x > 0).cumsum(1).float(), torch.cumsum(x, 2, dtype=torch.float64),
+                    y.cumsum(0), y.view(64, -1).cumsum(1), y.clone().view(-1, 64).cumsum_(0)),
+      x4, torch.randn(1 << 16), grad=True, atol=2e-3, rtol=1e-5)
+torch.use_deterministic_algorithms(True)
+try:
+    # Repeated indices: the deterministic scatter lets the last write in index order win (CPU's
+    # result, bit for bit); a floating scatter_add declines to the CPU fallback.
+    check("deterministic scatter with repeats (exact), scatter_add",
+          lambda x, s: (x.scatter(0, a_index.to(x.device), s), x.scatter(0, a_index.to(x.device), 1.5),
+                        x.scatter_add(0, a_index.to(x.device), s)),
+          torch.randn(64, 33), torch.randn(100, 33), atol=0, rtol=1e-6)
+finally:
+    torch.use_deterministic_algorithms(False)
+print("     index/flip/cumsum tiers:", tiers_since(before_index, lambda name: name.split("::")[1].split(".")[0] in index_ops))
+try:
+    out_of_range = torch.gather(torch.zeros(3, 4, device=DEV), 0, torch.tensor([[0, 7, 1, 2]], device=DEV)).cpu()
+    print(f"     gather with index 7 of size 3: no error, returned {out_of_range.tolist()}")
+except RuntimeError as e:
+    print(f"     gather with index 7 of size 3: raised {str(e).splitlines()[0][:160]}")
+
+
 
 def recurrent(cls):
     """A two-layer bidirectional RNN of `cls` (its fused cells: generic kernels on fl) as a

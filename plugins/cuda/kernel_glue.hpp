@@ -74,6 +74,31 @@ inline int32_t normalize_dim(int64_t dim, int32_t ndim, const char* op) {
   return static_cast<int32_t>(dim < 0 ? dim + n : dim);
 }
 
+// Whether the bytes two device tensors' elements span intersect (strides non-negative; an
+// empty tensor spans nothing). Conservative: interleaved views (x[::2], x[1::2]) count.
+inline bool overlaps(const fl_tensor& a, const fl_tensor& b) {
+  auto span = [](const fl_tensor& t, const char*& first, const char*& last) {
+    first = last = static_cast<const char*>(t.data) + t.byte_offset;
+    if (t.data == nullptr || plugin::numel(t) == 0) return;
+    int64_t end = 0;
+    for (int32_t d = 0; d < t.ndim; ++d) end += (t.shape[d] - 1) * t.strides[d];
+    last = first + (end + 1) * static_cast<int64_t>(plugin::dtype_size(t.dtype));
+  };
+  const char *a_first, *a_last, *b_first, *b_last;
+  span(a, a_first, a_last);
+  span(b, b_first, b_last);
+  return a_first != a_last && b_first != b_last && a_first < b_last && b_first < a_last;
+}
+
+// The same elements in the same memory (an output that is its input, as in-place ops pass
+// them): address, dtype, shape, and strides over every dim of more than one element.
+inline bool same_elements(const fl_tensor& a, const fl_tensor& b) {
+  if (plugin::data_ptr(a) != plugin::data_ptr(b) || a.dtype != b.dtype || a.ndim != b.ndim) return false;
+  for (int32_t d = 0; d < a.ndim; ++d)
+    if (a.shape[d] != b.shape[d] || (a.shape[d] > 1 && a.strides[d] != b.strides[d])) return false;
+  return true;
+}
+
 }  // namespace fl::cuda
 
 // Declares/defines a kernel entry point of the ABI's fl_kernel_fn type.

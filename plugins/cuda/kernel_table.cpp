@@ -192,6 +192,13 @@ const fl_kernel_entry kTable[] = {
     entry("aten::index_select.out", kReal, kDet, k_index_select_out),
     entry("aten::embedding_dense_backward", kFloat, 0u, k_embedding_dense_backward),
     entry("aten::embedding_dense_backward.out", kFloat, 0u, k_embedding_dense_backward),
+    // gather/scatter (any strides; scatter in place with out = self). For a repeated index
+    // scatter's winner varies, unless the call asks for determinism (then two passes: the last
+    // in index order wins); scatter_add's floating atomics decline such a call
+    entry("aten::gather.out", kReal, kStrided, k_gather_out),
+    entry("aten::scatter.src_out", kReal, kStridedIO | FL_KERNEL_ALIASING_OK, k_scatter_src_out),
+    entry("aten::scatter.value_out", kReal, kStridedIO | FL_KERNEL_ALIASING_OK, k_scatter_value_out),
+    entry("aten::scatter_add.out", kFloat | kIndex, kStridedIO | FL_KERNEL_ALIASING_OK, k_scatter_add_out),
     // random
     entry("aten::native_dropout", kFloat, kDet, k_native_dropout),
     entry("aten::native_dropout.out", kFloat, kDet, k_native_dropout),
@@ -249,6 +256,9 @@ const fl_kernel_entry kTable[] = {
     entry("aten::tril.out", kReal, FL_KERNEL_ALIASING_OK | kDet, k_tril_out),
     entry("aten::triu.out", kReal, FL_KERNEL_ALIASING_OK | kDet, k_triu_out),
     entry("aten::arange.start_out", kReal, kDet, k_arange_out),
+    entry("aten::flip.out", kReal, kStrided, k_flip_out),
+    // cumsum: the mask is self's dtype; out's (its dtype argument) may be any but bool
+    entry("aten::cumsum.out", kReal, kStrided | FL_KERNEL_ALIASING_OK, k_cumsum_out),
     // GEMM (cuBLAS)
     entry("aten::mm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_mm_out),
     entry("aten::addmm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_addmm_out),

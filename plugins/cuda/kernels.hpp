@@ -145,6 +145,12 @@ fl_status_t k_std_mean_correction_out(const fl_kernel_call* call);
 fl_status_t k_index_select_out(const fl_kernel_call* call);
 fl_status_t k_embedding_dense_backward(const fl_kernel_call* call);
 
+// gather_scatter.cu
+fl_status_t k_gather_out(const fl_kernel_call* call);
+fl_status_t k_scatter_src_out(const fl_kernel_call* call);
+fl_status_t k_scatter_value_out(const fl_kernel_call* call);
+fl_status_t k_scatter_add_out(const fl_kernel_call* call);
+
 // dropout.cu
 fl_status_t k_native_dropout(const fl_kernel_call* call);
 fl_status_t k_normal_out(const fl_kernel_call* call);
@@ -197,6 +203,12 @@ fl_status_t k_cat_out(const fl_kernel_call* call);
 fl_status_t k_tril_out(const fl_kernel_call* call);
 fl_status_t k_triu_out(const fl_kernel_call* call);
 fl_status_t k_arange_out(const fl_kernel_call* call);
+
+// flip.cu
+fl_status_t k_flip_out(const fl_kernel_call* call);
+
+// scan.cu
+fl_status_t k_cumsum_out(const fl_kernel_call* call);
 
 // gemm_cublas.cpp
 fl_status_t k_mm_out(const fl_kernel_call* call);

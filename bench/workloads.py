@@ -288,6 +288,112 @@ def regression_training(device: str, batch_size: int = 1024, steps: int = 100) -
     return {f"MLP regression train b={batch_size}, MSE + clip_grad_norm_ (samples/s)": batch_size * steps / seconds}
 
 
+class _UNetBlock(nn.Module):
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1), nn.GroupNorm(8, cout), nn.LeakyReLU(0.1),
+                                  nn.Conv2d(cout, cout, 3, padding=1), nn.GroupNorm(8, cout), nn.LeakyReLU(0.1))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+class _UNet(nn.Module):
+    """Two-level UNet: GroupNorm, LeakyReLU, max pooling, nearest upsampling, skip concatenation."""
+
+    def __init__(self):
+        super().__init__()
+        self.down1, self.down2, self.mid = _UNetBlock(3, 32), _UNetBlock(32, 64), _UNetBlock(64, 128)
+        self.up2, self.up1 = _UNetBlock(128 + 64, 64), _UNetBlock(64 + 32, 32)
+        self.head = nn.Conv2d(32, 1, 1)
+
+    def forward(self, x):
+        d1 = self.down1(x)
+        d2 = self.down2(F.max_pool2d(d1, 2))
+        m = self.mid(F.max_pool2d(d2, 2))
+        u2 = self.up2(torch.cat([F.interpolate(m, scale_factor=2, mode="nearest"), d2], 1))
+        u1 = self.up1(torch.cat([F.interpolate(u2, scale_factor=2, mode="nearest"), d1], 1))
+        return self.head(u1)
+
+
+def unet_step(device: str, batch_size: int = 16, size: int = 128):
+    """One AdamW step of a small UNet segmenting random images with BCE-with-logits, as a closure:
+    GroupNorm, LeakyReLU and nearest upsampling forward and backward every step."""
+    torch.manual_seed(0)
+    model = _UNet().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(batch_size, 3, size, size, device=device)
+    y = (torch.rand(batch_size, 1, size, size, device=device) > 0.5).float()
+
+    def step():
+        opt.zero_grad()
+        F.binary_cross_entropy_with_logits(model(x), y).backward()
+        opt.step()
+
+    return step
+
+
+def unet_training(device: str, batch_size: int = 16, size: int = 128, steps: int = 20) -> dict:
+    seconds = _timed_steps(unet_step(device, batch_size, size), device, 3, steps)
+    return {f"UNet train {batch_size}x3x{size}x{size}, GroupNorm + upsample + BCE (samples/s)": batch_size * steps / seconds}
+
+
+class _LlamaBlock(nn.Module):
+    """Pre-norm decoder block: RMSNorm, rotary embeddings computed each step, SDPA, SwiGLU."""
+
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.RMSNorm(dim), nn.RMSNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=False), nn.Linear(dim, dim, bias=False)
+        self.gate, self.up = nn.Linear(dim, 4 * dim, bias=False), nn.Linear(dim, 4 * dim, bias=False)
+        self.down = nn.Linear(4 * dim, dim, bias=False)
+
+    @staticmethod
+    def rotary(x):
+        length, d = x.shape[-2], x.shape[-1]
+        inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2, device=x.device).float() / d))
+        angles = torch.outer(torch.arange(length, device=x.device).float(), inv_freq)
+        cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+        x1, x2 = x[..., ::2], x[..., 1::2]
+        return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1).flatten(-2)
+
+    def forward(self, x):
+        b, length, dim = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, length, 3, self.heads, dim // self.heads).unbind(2)
+        attn = F.scaled_dot_product_attention(self.rotary(q.transpose(1, 2)), self.rotary(k.transpose(1, 2)),
+                                              v.transpose(1, 2), is_causal=True)
+        x = x + self.proj(attn.transpose(1, 2).reshape(b, length, dim))
+        y = self.norm2(x)
+        return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+
+def llama_step(device: str, batch: int = 8, seq: int = 512, dim: int = 512, layers: int = 4, vocab: int = 32000):
+    """One bf16-autocast AdamW step of a small LLaMA-style decoder, as a closure."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(vocab, dim), *[_LlamaBlock(dim, 8) for _ in range(layers)],
+                          nn.RMSNorm(dim), nn.Linear(dim, vocab, bias=False)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), device=device)
+    device_type = torch.device(device).type
+
+    def step():
+        opt.zero_grad()
+        with torch.autocast(device_type, dtype=torch.bfloat16):
+            logits = model(tokens[:, :-1])
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    return step
+
+
+def llama_training(device: str, batch: int = 8, seq: int = 512, steps: int = 5) -> dict:
+    seconds = _timed_steps(llama_step(device, batch, seq), device, 2, steps)
+    return {f"LLaMA-style train {batch}x{seq} bf16, rotary + RMSNorm + SwiGLU (tokens/s)": batch * seq * steps / seconds}
+
+
 def gemm_and_bandwidth(device: str, n: int = 8192, add_bytes: int = 1 << 30) -> dict:
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
@@ -313,6 +419,8 @@ WORKLOADS = {
     "gpt2_clip": gpt2_clipped_training,
     "gpt2_sdpa": gpt2_sdpa_training,
     "regression": regression_training,
+    "unet": unet_training,
+    "llama": llama_training,
     "gemm": gemm_and_bandwidth,
     "wide": wide_forward_backward,
 }

@@ -409,7 +409,8 @@ def gemm_and_bandwidth(device: str, n: int = 8192, add_bytes: int = 1 << 30) -> 
 
 
 # The training steps by workload name, for bench/profile_step.py.
-TRAINING_STEPS = {"cnn": cnn_step, "resnet50": resnet50_step, "gpt2": gpt2_step, "regression": regression_step}
+TRAINING_STEPS = {"cnn": cnn_step, "resnet50": resnet50_step, "gpt2": gpt2_step, "regression": regression_step,
+                  "unet": unet_step, "llama": llama_step}
 
 WORKLOADS = {
     "small_ops": small_ops,

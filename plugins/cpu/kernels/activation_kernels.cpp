@@ -11,15 +11,6 @@ namespace {
 
 using plugin::Args;
 
-// (self, scalars...) -> out, the scalars at `first_param`.. as the functor's params.
-template <template <class> class Op, uint64_t Mask>
-void activation_body(const fl_kernel_call* call, const char* op, std::initializer_list<Param> params) {
-  Args args(call);
-  TensorDesc self = describe(args.tensor(0), op);
-  TensorDesc out = describe(args.output(0), op);
-  launch_pointwise(call, op, out, {&self}, {&self}, &select_kernel<Op, 1, Mask>, Promotion::kSame, params);
-}
-
 // (grad, saved, ...) -> grad_input
 template <template <class> class Op, uint64_t Mask>
 void activation_backward_body(const fl_kernel_call* call, const char* op, int32_t grad_index,
@@ -35,7 +26,7 @@ void activation_backward_body(const fl_kernel_call* call, const char* op, int32_
 // leaky_relu.out(self, negative_slope)
 void leaky_relu_out(const fl_kernel_call* call) {
   Args args(call);
-  activation_body<fn::LeakyRelu, kFloatingMask>(call, "aten::leaky_relu.out", {param_arg(args, 1)});
+  unary_body<fn::LeakyRelu, kFloatingMask, Promotion::kSame>(call, "aten::leaky_relu.out", {param_arg(args, 1)});
 }
 
 // leaky_relu_backward.grad_input(grad_output, self, negative_slope, self_is_result): the
@@ -50,7 +41,7 @@ void leaky_relu_backward_out(const fl_kernel_call* call) {
 // hardtanh.out(self, min_val, max_val) = clamp(self, min_val, max_val)
 void hardtanh_out(const fl_kernel_call* call) {
   Args args(call);
-  activation_body<fn::Clamp, kArithmeticMask>(call, "aten::hardtanh.out",
+  unary_body<fn::Clamp, kArithmeticMask, Promotion::kSame>(call, "aten::hardtanh.out",
                                               {param_arg(args, 1), param_arg(args, 2), param_int(3)});
 }
 
@@ -64,7 +55,7 @@ void hardtanh_backward_out(const fl_kernel_call* call) {
 // elu.out(self, alpha, scale, input_scale)
 void elu_out(const fl_kernel_call* call) {
   Args args(call);
-  activation_body<fn::Elu, kFloatingMask>(call, "aten::elu.out",
+  unary_body<fn::Elu, kFloatingMask, Promotion::kSame>(call, "aten::elu.out",
                                           {param_arg(args, 1), param_arg(args, 2), param_arg(args, 3)});
 }
 
@@ -79,7 +70,7 @@ void elu_backward_out(const fl_kernel_call* call) {
 // softplus.out(self, beta, threshold)
 void softplus_out(const fl_kernel_call* call) {
   Args args(call);
-  activation_body<fn::Softplus, kFloatingMask>(call, "aten::softplus.out", {param_arg(args, 1), param_arg(args, 2)});
+  unary_body<fn::Softplus, kFloatingMask, Promotion::kSame>(call, "aten::softplus.out", {param_arg(args, 1), param_arg(args, 2)});
 }
 
 // softplus_backward.grad_input(grad_output, self, beta, threshold)

@@ -55,6 +55,21 @@ void launch_pointwise_as(const fl_kernel_call* call, const char* op, const Tenso
                          fl_dtype_t compute, std::initializer_list<const TensorDesc*> inputs,
                          KernelSelector select, std::initializer_list<Param> params = {});
 
+// A unary entry's body: (self[, scalars as params]) -> out, Op over self.
+template <template <class> class Op, uint64_t Mask, Promotion P>
+void unary_body(const fl_kernel_call* call, const char* op, std::initializer_list<Param> params = {}) {
+  plugin::Args args(call);
+  TensorDesc self = describe(args.tensor(0), op);
+  TensorDesc out = describe(args.output(0), op);
+  launch_pointwise(call, op, out, {&self}, {&self}, &select_kernel<Op, 1, Mask>, P, params);
+}
+
+// Defines entry FN as unary_body of fn::FUNCTOR (files that use it include pointwise_functors.hpp).
+#define FL_CPU_UNARY_ENTRY(FN, OP_NAME, FUNCTOR, MASK, PROMOTION)       \
+  void FN(const fl_kernel_call* call) {                                 \
+    unary_body<fn::FUNCTOR, MASK, Promotion::PROMOTION>(call, OP_NAME); \
+  }
+
 // "none" -> 0, "tanh" -> 1, else INVALID_ARGUMENT (gelu's `approximate`).
 int64_t gelu_approximation(const plugin::Args& args, int32_t index);
 

@@ -16,18 +16,6 @@ constexpr uint64_t kAddMask = kArithmeticMask | bit(FL_DTYPE_BOOL);
 
 // ---- unary: (self) -> out --------------------------------------------------------------
 
-template <template <class> class Op, uint64_t Mask, Promotion P>
-void unary_body(const fl_kernel_call* call, const char* op) {
-  Args args(call);
-  TensorDesc self = describe(args.tensor(0), op);
-  TensorDesc out = describe(args.output(0), op);
-  launch_pointwise(call, op, out, {&self}, {&self}, &select_kernel<Op, 1, Mask>, P);
-}
-
-#define FL_CPU_UNARY_ENTRY(FN, OP_NAME, FUNCTOR, MASK, PROMOTION)           \
-  void FN(const fl_kernel_call* call) {                                     \
-    unary_body<fn::FUNCTOR, MASK, Promotion::PROMOTION>(call, OP_NAME);     \
-  }
 
 FL_CPU_UNARY_ENTRY(sqrt_out, "aten::sqrt.out", Sqrt, kFloatingMask, kIntToFloat)
 FL_CPU_UNARY_ENTRY(rsqrt_out, "aten::rsqrt.out", Rsqrt, kFloatingMask, kIntToFloat)
@@ -41,7 +29,6 @@ FL_CPU_UNARY_ENTRY(relu_out, "aten::relu.out", Relu, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(reciprocal_out, "aten::reciprocal.out", Reciprocal, kFloatingMask, kIntToFloat)
 FL_CPU_UNARY_ENTRY(silu_out, "aten::silu.out", Silu, kFloatingMask, kSame)
 FL_CPU_UNARY_ENTRY(bitwise_not_out, "aten::bitwise_not.out", BitwiseNot, kIntegralMask | bit(FL_DTYPE_BOOL), kSame)
-#undef FL_CPU_UNARY_ENTRY
 
 // isnan / isposinf / isneginf: (self) -> bool out, any real dtype (integers give false).
 template <template <class> class Op>

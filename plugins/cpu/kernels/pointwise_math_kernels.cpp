@@ -10,18 +10,6 @@ namespace {
 
 using plugin::Args;
 
-template <template <class> class Op, uint64_t Mask, Promotion P>
-void unary_body(const fl_kernel_call* call, const char* op) {
-  Args args(call);
-  TensorDesc self = describe(args.tensor(0), op);
-  TensorDesc out = describe(args.output(0), op);
-  launch_pointwise(call, op, out, {&self}, {&self}, &select_kernel<Op, 1, Mask>, P);
-}
-
-#define FL_CPU_UNARY_ENTRY(FN, OP_NAME, FUNCTOR, MASK, PROMOTION)       \
-  void FN(const fl_kernel_call* call) {                                 \
-    unary_body<fn::FUNCTOR, MASK, Promotion::PROMOTION>(call, OP_NAME); \
-  }
 FL_CPU_UNARY_ENTRY(sin_out, "aten::sin.out", Sin, kFloatingMask, kIntToFloat)
 FL_CPU_UNARY_ENTRY(cos_out, "aten::cos.out", Cos, kFloatingMask, kIntToFloat)
 FL_CPU_UNARY_ENTRY(erf_out, "aten::erf.out", Erf, kFloatingMask, kIntToFloat)
@@ -32,7 +20,6 @@ FL_CPU_UNARY_ENTRY(ceil_out, "aten::ceil.out", Ceil, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(round_out, "aten::round.out", Round, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(trunc_out, "aten::trunc.out", Trunc, kArithmeticMask, kSame)
 FL_CPU_UNARY_ENTRY(sign_out, "aten::sign.out", Sign, kAllMask, kSame)
-#undef FL_CPU_UNARY_ENTRY
 
 // logical_not.out(self): a bool output only (ATen also writes other dtypes: those fall back).
 void logical_not_out(const fl_kernel_call* call) {

@@ -148,6 +148,7 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
       dev->sm_count = prop.multiProcessorCount;
       check_gpu(gpuStreamCreateWithPriority(&dev->default_stream, gpuStreamNonBlocking, 0),
                 "cudaStreamCreateWithPriority (default stream)");
+      create_device_error_channel(dev->errors);
       // Scratch memory (cudaMallocAsync: cuDNN workspaces, reduction partials) stays cached
       // in the device's default pool up to this size instead of going back at every sync.
       // Not fatal: without it scratch memory is simply returned to the driver more often.
@@ -172,8 +173,10 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
                                    p.stable_id + " sm_" + std::to_string(p.compute_capability));
     }
   } catch (...) {
-    for (auto& d : devices)
+    for (auto& d : devices) {
+      destroy_device_error_channel(d->errors);
       if (d->default_stream != nullptr) (void)gpuStreamDestroy(d->default_stream);
+    }
     throw;
   }
   s.devices = std::move(devices);
@@ -186,6 +189,7 @@ void shutdown_plugin_state() {
   for (auto& d : s.devices) {
     (void)gpuSetDevice(d->index);
     (void)gpuDeviceSynchronize();
+    destroy_device_error_channel(d->errors);
     if (d->default_stream != nullptr) (void)gpuStreamDestroy(d->default_stream);
   }
   s.devices.clear();
@@ -247,6 +251,7 @@ LaunchContext begin_kernel(const fl_kernel_call* call) {
   ctx.stream = call->stream != nullptr ? reinterpret_cast<gpuStream_t>(call->stream) : d.default_stream;
   ctx.sm_count = d.sm_count;
   ctx.device = call->device;
+  ctx.errors = d.errors.sink;
   return ctx;
 }
 

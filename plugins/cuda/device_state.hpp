@@ -1,8 +1,10 @@
 // device_state.hpp — what the plugin keeps per device between calls: the per-device default
 // stream (created non-blocking, so NULL never means the legacy stream), the multiprocessor
-// count for launch sizing, and the dropout RNG's seed and offset counter.
+// count for launch sizing, the dropout RNG's seed and offset counter, and the channel kernels
+// report device-side errors through (device_error.hpp).
 #pragma once
 
+#include "device_error.hpp"
 #include "gpu_runtime.h"
 
 #include <fl_abi.h>
@@ -21,6 +23,7 @@ struct DeviceState {
   std::atomic<uint64_t> rng_offset{0};
   std::mutex peer_mutex;
   uint64_t peer_enabled_mask = 0;  // bit p: peer access to device p enabled (devices < 64)
+  DeviceErrorChannel errors;
 };
 
 // Where a kernel runs: the stream it enqueues on and what launch sizing needs.
@@ -28,6 +31,7 @@ struct LaunchContext {
   gpuStream_t stream = nullptr;
   int32_t sm_count = 1;
   int32_t device = 0;
+  DeviceErrorSink errors;  // where the call's kernels report an index out of range
 };
 
 // Plugin-wide state. Created by init, destroyed by shutdown.

@@ -2,8 +2,11 @@
 // bytes; embedding's forward reaches it through ATen's composite) and
 // embedding_dense_backward (float atomics into a float/double accumulator, then converted;
 // not bitwise reproducible, so a call that asks for determinism gets FL_ERR_NOT_SUPPORTED).
-// An index outside [0, size) selects nothing: index_select writes zeros for it (ATen raises
-// a device assert), embedding backward skips it.
+// An index outside [0, size): index_select writes zeros for it and reports it through the
+// device's error channel (device_error.hpp), so the next synchronize fails naming the op (ATen
+// stops at a device-side assert); embedding backward skips it without a report (its forward,
+// index_select, reported it).
+#include "device_error.cuh"
 #include "dispatch.cuh"
 #include "dtype_convert.cuh"
 #include "gpu_check.hpp"
@@ -19,7 +22,7 @@ constexpr int kThreads = 256;
 template <class E>
 __global__ void index_select_kernel(const E* __restrict__ src, const void* index, fl_dtype_t index_dt,
                                     E* __restrict__ dst, int64_t total, int64_t n_index, int64_t dim_size,
-                                    int64_t inner) {
+                                    int64_t inner, int32_t dim, DeviceErrorSink errors) {
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = e % inner;
@@ -27,8 +30,12 @@ __global__ void index_select_kernel(const E* __restrict__ src, const void* index
     const int64_t j = rest % n_index;
     const int64_t o = rest / n_index;
     const int64_t k = load_as<int64_t>(index, j, index_dt);
-    if (k >= 0 && k < dim_size) dst[e] = src[(o * dim_size + k) * inner + i];
-    else dst[e] = E{};
+    if (k >= 0 && k < dim_size) {
+      dst[e] = src[(o * dim_size + k) * inner + i];
+    } else {
+      dst[e] = E{};
+      report_out_of_range(errors, CheckedOp::index_select, dim, k, dim_size);
+    }
   }
 }
 
@@ -96,19 +103,19 @@ FL_CUDA_KERNEL(k_index_select_out) {
     switch (plugin::dtype_size(self.dtype)) {
       case 1:
         index_select_kernel<uint8_t><<<grid, kThreads, 0, ctx.stream>>>(plugin::data_ptr<const uint8_t>(self), idx,
-            index.dtype, plugin::data_ptr<uint8_t>(out), total, n_index, dim_size, inner);
+            index.dtype, plugin::data_ptr<uint8_t>(out), total, n_index, dim_size, inner, dim, ctx.errors);
         break;
       case 2:
         index_select_kernel<uint16_t><<<grid, kThreads, 0, ctx.stream>>>(plugin::data_ptr<const uint16_t>(self), idx,
-            index.dtype, plugin::data_ptr<uint16_t>(out), total, n_index, dim_size, inner);
+            index.dtype, plugin::data_ptr<uint16_t>(out), total, n_index, dim_size, inner, dim, ctx.errors);
         break;
       case 4:
         index_select_kernel<uint32_t><<<grid, kThreads, 0, ctx.stream>>>(plugin::data_ptr<const uint32_t>(self), idx,
-            index.dtype, plugin::data_ptr<uint32_t>(out), total, n_index, dim_size, inner);
+            index.dtype, plugin::data_ptr<uint32_t>(out), total, n_index, dim_size, inner, dim, ctx.errors);
         break;
       case 8:
         index_select_kernel<uint64_t><<<grid, kThreads, 0, ctx.stream>>>(plugin::data_ptr<const uint64_t>(self), idx,
-            index.dtype, plugin::data_ptr<uint64_t>(out), total, n_index, dim_size, inner);
+            index.dtype, plugin::data_ptr<uint64_t>(out), total, n_index, dim_size, inner, dim, ctx.errors);
         break;
       default: unsupported_dtype(name, self.dtype);
     }

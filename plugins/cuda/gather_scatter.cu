@@ -12,12 +12,15 @@
 //    compare-and-swap loop on the containing 32-bit word in the HIP build, which has none).
 //    Floating sums come out in a different order from run to run, so a deterministic call
 //    with a floating dtype is declined (integer sums are exact in any order).
-// An index outside [0, size) raises no error (no check can report one without a host sync):
-// gather writes 0 for it and scatter skips it, as index_select here. ATen's CUDA kernels
-// raise a device-side assert instead, which leaves the context unusable.
+// An index outside [0, size) is reported through the device's error channel
+// (device_error.hpp): the next synchronize fails with FL_ERR_DEVICE naming the op, the index
+// and the size. The kernel goes on meanwhile: gather writes 0 for that index and scatter skips
+// it. ATen's CUDA kernels stop at a device-side assert instead, which leaves the context
+// unusable. An index into a dimension of size 0 (every index out of range) is refused at once.
 // Scatter in place (out is self) is served; an out that otherwise overlaps self, src or index
 // is declined (ATen raises its overlap error).
 #include "copy_kernels.hpp"
+#include "device_error.cuh"
 #include "dispatch.cuh"
 #include "dtype_convert.cuh"
 #include "gpu_check.hpp"
@@ -42,6 +45,9 @@ struct IndexWalk {
   int64_t numel = 0;
   int64_t step = 0;   // indexed's stride along dim
   int64_t bound = 0;  // indexed's size along dim: valid indices are [0, bound)
+  int32_t dim = 0;
+  DeviceErrorSink errors;  // where an index outside [0, bound) is reported
+  CheckedOp op = CheckedOp::none;
 };
 
 // A 0-dim tensor counts as one element along one dim, as ATen's ensure_nonempty_*.
@@ -50,7 +56,7 @@ int64_t size_at(const fl_tensor& t, int32_t d) { return t.ndim == 0 ? 1 : t.shap
 int64_t stride_at(const fl_tensor& t, int32_t d) { return t.ndim == 0 ? 1 : t.strides[d]; }
 
 IndexWalk make_walk(const fl_tensor& index, const fl_tensor& indexed, const fl_tensor* follower, int32_t dim,
-                    const char* name) {
+                    const char* name, CheckedOp op, const LaunchContext& ctx) {
   IndexWalk w;
   for (int32_t d = 0; d < effective_ndim(index); ++d)
     w.offsets.add_dim(size_at(index, d),
@@ -60,6 +66,9 @@ IndexWalk make_walk(const fl_tensor& index, const fl_tensor& indexed, const fl_t
   w.numel = plugin::numel(index);
   w.step = stride_at(indexed, dim);
   w.bound = size_at(indexed, dim);
+  w.dim = dim;
+  w.errors = ctx.errors;
+  w.op = op;
   return w;
 }
 
@@ -70,7 +79,9 @@ __global__ void index_walk_kernel(IndexWalk w, const I* __restrict__ index, Op o
     int64_t off[3];
     w.offsets.at(p, off);
     const int64_t k = static_cast<int64_t>(index[off[0]]);
-    op(k >= 0 && k < w.bound, off[1] + k * w.step, off[2], p);
+    const bool in_range = k >= 0 && k < w.bound;
+    if (!in_range) report_out_of_range(w.errors, w.op, w.dim, k, w.bound);
+    op(in_range, off[1] + k * w.step, off[2], p);
   }
 }
 
@@ -209,6 +220,7 @@ bool check_scatter(const char* name, const fl_tensor& self, int32_t dim, const f
     if (d != dim && size_at(index, d) > size_at(self, d)) raise_invalid(name, "index is larger than self outside dim");
     if (src != nullptr && size_at(index, d) > size_at(*src, d)) raise_invalid(name, "index is larger than src");
   }
+  if (size_at(self, dim) == 0) raise_invalid(name, "every index is out of bounds for a dimension of size 0");
   return true;
 }
 
@@ -260,7 +272,8 @@ FL_CUDA_KERNEL(k_gather_out) {
       raise_invalid(name, "index tensor must have the same number of dimensions as input tensor");
     for (int32_t d = 0; d < effective_ndim(index); ++d)
       if (d != dim && size_at(index, d) > size_at(self, d)) raise_invalid(name, "index is larger than self outside dim");
-    const IndexWalk w = make_walk(index, self, &out, dim, name);
+    if (size_at(self, dim) == 0) raise_invalid(name, "every index is out of bounds for a dimension of size 0");
+    const IndexWalk w = make_walk(index, self, &out, dim, name, CheckedOp::gather, ctx);
     const bool ok = dispatch_element_size(plugin::dtype_size(self.dtype), [&](auto e) {
       using E = decltype(e);
       launch_walk(w, index, GatherOp<E>{plugin::data_ptr<const E>(self), plugin::data_ptr<E>(out)}, ctx, "gather_kernel");
@@ -281,9 +294,9 @@ FL_CUDA_KERNEL(k_scatter_src_out) {
     const fl_tensor& src = device_tensor(a, 3, name);
     const fl_tensor& out = a.output(0);
     const bool any = check_scatter(name, self, dim, index, &src, out);
-    const IndexWalk w = any ? make_walk(index, out, &src, dim, name) : IndexWalk{};
+    const IndexWalk w = any ? make_walk(index, out, &src, dim, name, CheckedOp::scatter, ctx) : IndexWalk{};
     copy_self(self, out, ctx);
-    if (!any || plugin::numel(out) == 0) return;  // an empty out: every index is out of range
+    if (!any) return;
     const bool deterministic = (call->flags & FL_CALL_DETERMINISTIC) != 0;
     const bool ok = dispatch_element_size(plugin::dtype_size(self.dtype), [&](auto e) {
       using E = decltype(e);
@@ -321,9 +334,9 @@ FL_CUDA_KERNEL(k_scatter_value_out) {
       op.value = a.number(3);
     }
     const bool any = check_scatter(name, self, dim, index, nullptr, out);
-    const IndexWalk w = any ? make_walk(index, out, nullptr, dim, name) : IndexWalk{};
+    const IndexWalk w = any ? make_walk(index, out, nullptr, dim, name, CheckedOp::scatter_value, ctx) : IndexWalk{};
     copy_self(self, out, ctx);
-    if (!any || plugin::numel(out) == 0) return;  // an empty out: every index is out of range
+    if (!any) return;
     launch_scatter(w, index, out, op, (call->flags & FL_CALL_DETERMINISTIC) != 0, ctx);
   });
 }
@@ -344,9 +357,9 @@ FL_CUDA_KERNEL(k_scatter_add_out) {
     if (floating && (call->flags & FL_CALL_DETERMINISTIC))
       plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": floating atomics, not deterministic");
     const bool any = check_scatter(name, self, dim, index, &src, out);
-    const IndexWalk w = any ? make_walk(index, out, &src, dim, name) : IndexWalk{};
+    const IndexWalk w = any ? make_walk(index, out, &src, dim, name, CheckedOp::scatter_add, ctx) : IndexWalk{};
     copy_self(self, out, ctx);
-    if (!any || plugin::numel(out) == 0) return;  // an empty out: every index is out of range
+    if (!any) return;
     auto launch = [&](auto tag) {
       using T = typename decltype(tag)::type;
       launch_walk(w, index, ScatterAddOp<T>{plugin::data_ptr<const T>(src), plugin::data_ptr<T>(out)}, ctx,

@@ -34,6 +34,8 @@ using gpu_bfloat16 = __nv_bfloat16;
 #define gpuFree cudaFree
 #define gpuMallocHost cudaMallocHost
 #define gpuFreeHost cudaFreeHost
+#define gpuHostAllocMapped(ptr, size) cudaHostAlloc((ptr), (size), cudaHostAllocMapped)
+#define gpuHostGetDevicePointer cudaHostGetDevicePointer
 #define gpuMallocAsync cudaMallocAsync
 #define gpuFreeAsync cudaFreeAsync
 #define gpuMemsetAsync cudaMemsetAsync

@@ -1,8 +1,11 @@
 // nll_loss.cu — nll_loss_forward / nll_loss_backward for input (N, C) or (C), int64/int32
 // targets, optional class weights, reduction none (0) / mean (1) / sum (2), ignore_index.
-// A target outside [0, C) that is not ignore_index contributes nothing (ATen raises a device
-// assert instead); the mean/sum reduction is one block in a fixed order (reproducible).
+// A target outside [0, C) that is not ignore_index contributes nothing and is reported through
+// the device's error channel (device_error.hpp): the next synchronize fails naming the op
+// (ATen stops at a device-side assert instead). The mean/sum reduction is one block in a fixed
+// order (reproducible).
 #include "block_reduce.cuh"
+#include "device_error.cuh"
 #include "dispatch.cuh"
 #include "dtype_convert.cuh"
 #include "gpu_check.hpp"
@@ -42,7 +45,7 @@ NllShape nll_shape(const fl_tensor& self, const fl_tensor& target, const char* n
 template <class T>
 __global__ void nll_forward_none(const T* __restrict__ x, const void* target, fl_dtype_t target_dt,
                                  const T* __restrict__ weight, T* __restrict__ out, int64_t n, int64_t c,
-                                 int64_t ignore_index) {
+                                 int64_t ignore_index, DeviceErrorSink errors) {
   using Acc = acc_type_t<T>;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -51,6 +54,8 @@ __global__ void nll_forward_none(const T* __restrict__ x, const void* target, fl
     if (t != ignore_index && t >= 0 && t < c) {
       const Acc w = weight != nullptr ? convert<Acc>(weight[t]) : Acc(1);
       loss = -convert<Acc>(x[i * c + t]) * w;
+    } else if (t != ignore_index) {
+      report_out_of_range(errors, CheckedOp::nll_loss_forward, -1, t, c);
     }
     out[i] = convert<T>(loss);
   }
@@ -59,7 +64,7 @@ __global__ void nll_forward_none(const T* __restrict__ x, const void* target, fl
 template <class T>
 __global__ void nll_forward_reduce(const T* __restrict__ x, const void* target, fl_dtype_t target_dt,
                                    const T* __restrict__ weight, T* __restrict__ out, T* __restrict__ total_weight,
-                                   int64_t n, int64_t c, int64_t ignore_index, int mean) {
+                                   int64_t n, int64_t c, int64_t ignore_index, int mean, DeviceErrorSink errors) {
   using Acc = acc_type_t<T>;
   __shared__ Acc shared[kThreads / 32];
   Acc loss = 0, wsum = 0;
@@ -69,6 +74,8 @@ __global__ void nll_forward_reduce(const T* __restrict__ x, const void* target, 
       const Acc w = weight != nullptr ? convert<Acc>(weight[t]) : Acc(1);
       loss -= convert<Acc>(x[i * c + t]) * w;
       wsum += w;
+    } else if (t != ignore_index) {
+      report_out_of_range(errors, CheckedOp::nll_loss_forward, -1, t, c);
     }
   }
   loss = group_reduce<kThreads>(loss, SumOf{}, shared);
@@ -83,12 +90,16 @@ template <class T>
 __global__ void nll_backward_scatter(const T* __restrict__ grad_out, const void* target, fl_dtype_t target_dt,
                                      const T* __restrict__ weight, const T* __restrict__ total_weight,
                                      T* __restrict__ grad_in, int64_t n, int64_t c, int64_t ignore_index,
-                                     int reduction) {
+                                     int reduction, DeviceErrorSink errors) {
   using Acc = acc_type_t<T>;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = load_as<int64_t>(target, i, target_dt);
-    if (t == ignore_index || t < 0 || t >= c) continue;
+    if (t == ignore_index) continue;
+    if (t < 0 || t >= c) {
+      report_out_of_range(errors, CheckedOp::nll_loss_backward, -1, t, c);
+      continue;
+    }
     Acc g = convert<Acc>(grad_out[reduction == kReductionNone ? i : 0]);
     if (reduction == kReductionMean) g /= convert<Acc>(*total_weight);
     const Acc w = weight != nullptr ? convert<Acc>(weight[t]) : Acc(1);
@@ -131,13 +142,13 @@ FL_CUDA_KERNEL(k_nll_loss_forward) {
         if (s.batch == 0) return;
         nll_forward_none<T><<<grid_for(s.batch, kThreads, ctx), kThreads, 0, ctx.stream>>>(
             x, plugin::data_ptr<const void>(target), target.dtype, w, plugin::data_ptr<T>(out), s.batch, s.classes,
-            ignore_index);
+            ignore_index, ctx.errors);
         check_launch("nll_forward_none");
       } else {
         nll_forward_reduce<T><<<1, kThreads, 0, ctx.stream>>>(
             x, plugin::data_ptr<const void>(target), target.dtype, w, plugin::data_ptr<T>(out),
             plugin::data_ptr<T>(total_weight), s.batch, s.classes, ignore_index,
-            reduction == kReductionMean ? 1 : 0);
+            reduction == kReductionMean ? 1 : 0, ctx.errors);
         check_launch("nll_forward_reduce");
       }
     });
@@ -175,7 +186,7 @@ FL_CUDA_KERNEL(k_nll_loss_backward) {
       nll_backward_scatter<T><<<grid_for(s.batch, kThreads, ctx), kThreads, 0, ctx.stream>>>(
           plugin::data_ptr<const T>(grad_out), plugin::data_ptr<const void>(target), target.dtype,
           static_cast<const T*>(weight), plugin::data_ptr<const T>(total_weight), plugin::data_ptr<T>(grad_in), s.batch,
-          s.classes, ignore_index, red);
+          s.classes, ignore_index, red, ctx.errors);
       check_launch("nll_backward_scatter");
     });
     if (!ok) unsupported_dtype(name, self.dtype);

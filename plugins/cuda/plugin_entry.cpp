@@ -5,6 +5,7 @@
 #include "attention_cudnn.hpp"
 #include "blas_handles.hpp"
 #include "conv_cudnn.hpp"
+#include "device_error.hpp"
 #include "device_state.hpp"
 #include "gpu_check.hpp"
 #include "kernels.hpp"
@@ -99,6 +100,7 @@ fl_status_t plugin_device_synchronize(int32_t device) {
   return guard([&] {
     activate_device(device);
     check_gpu(gpuDeviceSynchronize(), "cudaDeviceSynchronize");
+    raise_pending_device_error(device);
   });
 }
 
@@ -241,6 +243,7 @@ fl_status_t plugin_stream_synchronize(int32_t device, fl_stream_t stream) {
   return guard([&] {
     activate_device(device);
     check_gpu(gpuStreamSynchronize(resolve_stream(device, stream)), "cudaStreamSynchronize");
+    raise_pending_device_error(device);
   });
 }
 
@@ -318,6 +321,7 @@ fl_status_t plugin_event_synchronize(int32_t device, fl_event_t event) {
     if (event == nullptr) raise(FL_ERR_INVALID_ARGUMENT, "event_synchronize: event is NULL");
     activate_device(device);
     check_gpu(gpuEventSynchronize(reinterpret_cast<gpuEvent_t>(event)), "cudaEventSynchronize");
+    raise_pending_device_error(device);
   });
 }
 

@@ -41,6 +41,8 @@ using gpu_bfloat16 = hip_bfloat16;
 #define gpuFree hipFree
 #define gpuMallocHost(ptr, size) hipHostMalloc((ptr), (size), hipHostMallocDefault)
 #define gpuFreeHost hipHostFree
+#define gpuHostAllocMapped(ptr, size) hipHostMalloc((ptr), (size), hipHostMallocMapped)
+#define gpuHostGetDevicePointer hipHostGetDevicePointer
 #define gpuMallocAsync hipMallocAsync
 #define gpuFreeAsync hipFreeAsync
 #define gpuMemsetAsync hipMemsetAsync

@@ -134,6 +134,7 @@ void init_runtime_devices(const fl_host_services* host, const std::string& optio
       dev->sm_count = prop.multiProcessorCount;
       check_gpu(hipStreamCreateWithPriority(&dev->default_stream, hipStreamNonBlocking, 0),
                 "hipStreamCreateWithPriority (default stream)");
+      create_device_error_channel(dev->errors);
       devices.push_back(std::move(dev));
       hip::HipProperties p;
       p.arch = prop.gcnArchName;
@@ -147,8 +148,10 @@ void init_runtime_devices(const fl_host_services* host, const std::string& optio
                                         p.stable_id);
     }
   } catch (...) {
-    for (auto& d : devices)
+    for (auto& d : devices) {
+      destroy_device_error_channel(d->errors);
       if (d->default_stream != nullptr) (void)hipStreamDestroy(d->default_stream);
+    }
     throw;
   }
   s.devices = std::move(devices);
@@ -161,6 +164,7 @@ void shutdown_runtime_devices() {
   for (auto& d : s.devices) {
     (void)hipSetDevice(d->index);
     (void)hipDeviceSynchronize();
+    destroy_device_error_channel(d->errors);
     if (d->default_stream != nullptr) (void)hipStreamDestroy(d->default_stream);
   }
   s.devices.clear();
@@ -200,6 +204,7 @@ LaunchContext begin_kernel(const fl_kernel_call* call) {
   ctx.stream = call->stream != nullptr ? reinterpret_cast<gpuStream_t>(call->stream) : d.default_stream;
   ctx.sm_count = d.sm_count;
   ctx.device = call->device;
+  ctx.errors = d.errors.sink;
   return ctx;
 }
 

@@ -3,6 +3,7 @@
 // GPU kernel sources (plugins/cuda/*.cu built by hipcc) plus gemm_tiled.hip and
 // conv_direct.hip, listed by the shared kernel_table.cpp. Every entry validates the device,
 // makes it current (hipSetDevice) and maps runtime errors to FL_ERR_*.
+#include "device_error.hpp"
 #include "device_state.hpp"
 #include "gpu_check.hpp"
 #include "hip_state.hpp"
@@ -23,6 +24,7 @@ namespace {
 using cuda::activate_device;
 using cuda::check_gpu;
 using cuda::device_state;
+using cuda::raise_pending_device_error;
 using cuda::resolve_stream;
 using plugin::guard;
 using plugin::raise;
@@ -91,6 +93,7 @@ fl_status_t plugin_device_synchronize(int32_t device) {
   return guard([&] {
     activate_device(device);
     check_gpu(hipDeviceSynchronize(), "hipDeviceSynchronize");
+    raise_pending_device_error(device);
   });
 }
 
@@ -212,6 +215,7 @@ fl_status_t plugin_stream_synchronize(int32_t device, fl_stream_t stream) {
   return guard([&] {
     activate_device(device);
     check_gpu(hipStreamSynchronize(resolve_stream(device, stream)), "hipStreamSynchronize");
+    raise_pending_device_error(device);
   });
 }
 
@@ -287,6 +291,7 @@ fl_status_t plugin_event_synchronize(int32_t device, fl_event_t event) {
     if (event == nullptr) raise(FL_ERR_INVALID_ARGUMENT, "event_synchronize: event is NULL");
     activate_device(device);
     check_gpu(hipEventSynchronize(reinterpret_cast<hipEvent_t>(event)), "hipEventSynchronize");
+    raise_pending_device_error(device);
   });
 }
 

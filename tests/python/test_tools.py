@@ -147,3 +147,17 @@ def test_fallback_survey_lists_what_did_not_run_native():
     strict = subprocess.run([sys.executable, str(tool), "fl:0", "--strict"], capture_output=True, text=True,
                             timeout=300)
     assert strict.returncode == 1  # the random fills count as CPU fallback
+
+
+def test_check_device_errors_holds_on_the_cpu_plugin():
+    """tools/gpu/check_device_errors.py (run on the H200 against the CUDA plugin) on fl:0: a bad
+    index or loss target raises at the next wait, with ATen's wording, and the device works on."""
+    import pathlib
+    import subprocess
+    import sys
+
+    tool = pathlib.Path(__file__).resolve().parents[2] / "tools" / "gpu" / "check_device_errors.py"
+    run = subprocess.run([sys.executable, str(tool), "fl:0"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "fl:0: 5 of 5 cases hold" in run.stdout
+    assert run.stdout.count("\nok    ") + run.stdout.startswith("ok    ") == 5

@@ -208,6 +208,13 @@ step_fallback_survey() {
   "$PY" tools/fallback_survey.py fl:0
 }
 
+# tools/gpu/check_device_errors.py: an index out of range found by a CUDA kernel raises at the
+# next wait, and the device works on.
+step_device_errors() {
+  python_env
+  "$PY" tools/gpu/check_device_errors.py fl:0
+}
+
 # Bit-for-bit agreement of the CUDA plugin's elementwise arithmetic with PyTorch's own CUDA.
 step_native_ops() {
   python_env

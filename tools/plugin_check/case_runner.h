@@ -1,5 +1,6 @@
 // case_runner.h — runs one KernelCase through a plugin's kernel on a device: uploads the
-// inputs, calls the kernel on the default stream, synchronizes and downloads the outputs.
+// inputs, calls the kernel on the default stream, synchronizes and downloads the outputs. A
+// failed synchronize counts as the kernel's failure (its status and message).
 #pragma once
 
 #include "case_catalog.h"
@@ -14,6 +15,7 @@ struct CaseRun {
   fl_status_t status = FL_OK;
   std::string error;                // "<STATUS>: <last_error>" when status != FL_OK
   std::vector<HostTensor> outputs;  // one per output spec (empty tensors for not-requested)
+  bool reported_by_synchronize = false;  // the kernel returned FL_OK, the wait after it failed
 };
 
 // The RNG pair a call carries (FL_CALL_RNG, fl_kernel_call.rng_seed/rng_offset).

@@ -5,6 +5,7 @@
 // Exit status: 0 when no check failed (skips allowed, e.g. every device check when init
 // reports FL_ERR_NO_DEVICE), 1 when one failed, 2 on a usage error.
 #include "elf_symbols.h"
+#include "index_error_checks.h"
 #include "kernel_checks.h"
 #include "log.h"
 #include "plugin_library.h"
@@ -185,6 +186,7 @@ int main(int argc, char** argv) {
         report.notes.push_back("No reference plugin found; kernels are compared with the naive reference where it exists.");
       }
       run_kernel_checks(*plugin, reference.get(), report);
+      run_index_error_checks(*plugin, report);
     }
   }
 

@@ -1,6 +1,7 @@
 #include "generic_kernels.h"
 
 #include "generic_losses.h"
+#include "generic_rms_norm.h"
 
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
@@ -329,6 +330,8 @@ const std::unordered_map<std::string, GenericKernel>& registry() {
       {"aten::huber_loss.out", huber_loss},
       {"aten::huber_loss_backward.out", huber_loss_backward},
       {"aten::xlogy.OutTensor", xlogy},
+      {"aten::_fused_rms_norm", fused_rms_norm},
+      {"aten::_fused_rms_norm_backward", fused_rms_norm_backward},
       {"aten::batch_norm_stats.out", batch_norm_stats},
       {"aten::batch_norm_gather_stats_with_counts.out", batch_norm_gather_stats_with_counts},
       {"aten::batch_norm_elemt.out", batch_norm_elemt},

@@ -499,10 +499,13 @@ namespace {
 // Ops whose ATen composite would otherwise win over the fallback, registered here so that a
 // plugin's fused kernel serves them, with the composite as the generic tier when it has none:
 // the foreach ops (Adam's and AdamW's default path on PrivateUse1; the composite loops over
-// tensors) and native_layer_norm (the composite is a batch norm over a reshaped input plus
-// an addcmul).
+// tensors), native_layer_norm (the composite is a batch norm over a reshaped input plus
+// an addcmul) and _fused_rms_norm (what F.rms_norm calls; its composite, a CompositeImplicit
+// one that autograd would otherwise see through, is pow, mean, rsqrt and two muls, and its
+// generic tier is generic_rms_norm.h). Registering a backend kernel for _fused_rms_norm makes
+// autograd record its own backward node (_fused_rms_norm_backward) instead of the composite's.
 bool routed_despite_composite(const std::string& name) {
-  return name.rfind("aten::_foreach_", 0) == 0 || name == "aten::native_layer_norm";
+  return name.rfind("aten::_foreach_", 0) == 0 || name == "aten::native_layer_norm" || name == "aten::_fused_rms_norm";
 }
 
 struct RegisterCompositeOps {
@@ -512,7 +515,13 @@ struct RegisterCompositeOps {
     for (const auto& name : c10::Dispatcher::singleton().getAllOpNames()) {
       if (!routed_despite_composite(name.name)) continue;
       auto handle = c10::Dispatcher::singleton().findSchema(name);
-      if (!handle || !handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd)) continue;
+      if (!handle) continue;
+      // A CompositeImplicit op is taken only with a derivative of its own: otherwise a backend
+      // kernel would hide the composite from autograd, and no gradient would flow.
+      const bool explicit_composite = handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd);
+      const bool implicit_with_derivative = handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd) &&
+                                            handle->hasKernelForDispatchKey(c10::DispatchKey::Autograd);
+      if (!explicit_composite && !implicit_with_derivative) continue;
       const std::string qualified = name.overload_name.empty() ? name.name.substr(6)
                                                                : name.name.substr(6) + "." + name.overload_name;
       lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&boxed_route>());

@@ -188,6 +188,9 @@ const fl_kernel_entry kTable[] = {
     entry("aten::native_layer_norm_backward.out", kFloat, kDet, k_native_layer_norm_backward),
     entry("aten::native_group_norm_backward", kFloat, kDet, k_native_group_norm_backward),
     entry("aten::native_group_norm_backward.out", kFloat, kDet, k_native_group_norm_backward),
+    // No out= overloads in ATen 2.13: the functional names only.
+    entry("aten::_fused_rms_norm", kFloat, kDet, k_fused_rms_norm),
+    entry("aten::_fused_rms_norm_backward", kFloat, kDet, k_fused_rms_norm_backward),
     // indexing and embedding
     entry("aten::index_select.out", kReal, kDet, k_index_select_out),
     entry("aten::embedding_dense_backward", kFloat, 0u, k_embedding_dense_backward),

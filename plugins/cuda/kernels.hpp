@@ -135,6 +135,10 @@ fl_status_t k_native_layer_norm_backward(const fl_kernel_call* call);
 // group_norm.cu
 fl_status_t k_native_group_norm_backward(const fl_kernel_call* call);
 
+// rms_norm.cu
+fl_status_t k_fused_rms_norm(const fl_kernel_call* call);
+fl_status_t k_fused_rms_norm_backward(const fl_kernel_call* call);
+
 // variance.cu
 fl_status_t k_var_correction_out(const fl_kernel_call* call);
 fl_status_t k_std_correction_out(const fl_kernel_call* call);

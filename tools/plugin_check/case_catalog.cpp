@@ -273,6 +273,7 @@ void add_elementwise(std::map<std::string, CatalogEntry>& table) {
 void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& table);
 void add_nn_ops(std::map<std::string, CatalogEntry>& table);
 void add_statistics_ops(std::map<std::string, CatalogEntry>& table);
+void add_rms_norm_ops(std::map<std::string, CatalogEntry>& table);
 void add_indexing_ops(std::map<std::string, CatalogEntry>& table);
 
 // Shared with case_catalog_nn.cpp.
@@ -290,6 +291,7 @@ const CatalogEntry* find_catalog_entry(const std::string& op) {
     add_reductions_and_linear_algebra(t);
     add_nn_ops(t);
     add_statistics_ops(t);
+    add_rms_norm_ops(t);
     add_indexing_ops(t);
     return t;
   }();

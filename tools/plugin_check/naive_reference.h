@@ -19,6 +19,14 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
 // (naive_reference_statistics.cpp).
 std::optional<std::vector<HostTensor>> naive_run_statistics(const std::string& op, const KernelCase& c);
 
+// naive_run's part for _fused_rms_norm and its backward (naive_reference_rms_norm.cpp).
+std::optional<std::vector<HostTensor>> naive_run_rms_norm(const std::string& op, const KernelCase& c);
+
+// RMSNorm's rstd per row of `cols` trailing elements, 1/sqrt(mean(x^2) + eps), and the eps a
+// None argument means (the accumulation dtype's epsilon: float32's unless the input is float64).
+std::vector<double> rms_norm_rstd(const HostTensor& x, int64_t cols, double eps);
+double rms_norm_default_eps(fl_dtype_t input_dtype);
+
 // naive_run's part for gather, scatter, scatter_add, flip and cumsum
 // (naive_reference_indexing.cpp); nullopt for any other op.
 std::optional<std::vector<HostTensor>> naive_run_indexing(const std::string& op, const KernelCase& c);

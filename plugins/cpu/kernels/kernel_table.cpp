@@ -38,6 +38,7 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_activation_kernels(registry);
     register_upsample_kernels(registry);
     register_group_norm_kernels(registry);
+    register_rms_norm_kernels(registry);
     register_variance_kernels(registry);
     register_gather_scatter_kernels(registry);
     register_flip_kernels(registry);

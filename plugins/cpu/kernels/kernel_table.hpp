@@ -54,6 +54,7 @@ void register_pointwise_math_kernels(KernelRegistry& registry);
 void register_activation_kernels(KernelRegistry& registry);
 void register_upsample_kernels(KernelRegistry& registry);
 void register_group_norm_kernels(KernelRegistry& registry);
+void register_rms_norm_kernels(KernelRegistry& registry);
 void register_variance_kernels(KernelRegistry& registry);
 void register_gather_scatter_kernels(KernelRegistry& registry);
 void register_flip_kernels(KernelRegistry& registry);

@@ -1,6 +1,7 @@
 """F.rms_norm / nn.RMSNorm on fl: the binding routes ATen's _fused_rms_norm (and, through its
-derivative, _fused_rms_norm_backward) to the plugin, with ATen's composite and a closed-form
-backward as the generic tier. Results are checked against ATen's CPU composite and its autograd."""
+derivative, _fused_rms_norm_backward) to the plugin's entries (native on the CPU plugin), with
+ATen's composite and a closed-form backward as the generic tier for a plugin without them (the
+stub plugin). Results are checked against ATen's CPU composite and its autograd."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torch_fl
-from conftest import op_calls
+from conftest import STUB_PLUGIN, op_calls, run_python
 
 TOLERANCE = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-10, atol=1e-10),
              torch.bfloat16: dict(rtol=2e-2, atol=2e-2), torch.float16: dict(rtol=2e-3, atol=2e-3)}
@@ -39,8 +40,7 @@ def test_rms_norm_forward_and_backward_match_cpu(dtype):
     _compare((4, 7, 32), (32,), dtype)
     for op in ("aten::_fused_rms_norm", "aten::_fused_rms_norm_backward"):
         calls = op_calls(torch_fl.fallback_stats(), op)
-        assert calls["cpu_fallback"] == 0, (op, calls)
-        assert calls["native"] + calls["generic"] == 1, (op, calls)
+        assert calls == {"native": 1, "generic": 0, "cpu_fallback": 0}, (op, calls)
 
 
 def test_rms_norm_without_weight_over_two_dims_and_default_eps():
@@ -73,3 +73,29 @@ def test_rms_norm_input_without_grad_still_gives_the_weight_gradient():
     wf = w.detach().to("fl:0").requires_grad_()
     F.rms_norm(x.to("fl:0"), (8,), wf).sum().backward()
     torch.testing.assert_close(wf.grad.cpu(), w.grad, rtol=1e-5, atol=1e-5)
+
+
+GENERIC_CODE = r"""
+import torch, torch.nn.functional as F, torch_fl
+torch.manual_seed(1)
+for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 2e-2)):
+    x = torch.randn(3, 5, 16, dtype=dtype, requires_grad=True)
+    w = torch.randn(16, dtype=dtype, requires_grad=True)
+    y = F.rms_norm(x, (16,), w)
+    g = torch.randn_like(y)
+    y.backward(g)
+    xf = x.detach().to("fl:0").requires_grad_()
+    wf = w.detach().to("fl:0").requires_grad_()
+    yf = F.rms_norm(xf, (16,), wf)
+    yf.backward(g.to("fl:0"))
+    for a, b in ((yf, y), (xf.grad, x.grad), (wf.grad, w.grad)):
+        torch.testing.assert_close(a.cpu(), b, rtol=tol, atol=tol)
+stats = torch_fl.fallback_stats()
+print("TIERS", stats["aten::_fused_rms_norm"]["generic"], stats["aten::_fused_rms_norm_backward"]["generic"])
+"""
+
+
+def test_rms_norm_on_a_plugin_without_the_entries_takes_the_generic_tier():
+    r = run_python(GENERIC_CODE, env={"FL_PLUGIN_PATH": str(STUB_PLUGIN), "FL_CPU_DEVICES": None})
+    assert r.returncode == 0, r.stderr
+    assert "TIERS 2 2" in r.stdout, r.stdout

@@ -397,6 +397,19 @@ print("     group_norm/variance tiers:",
       tiers_since(before_statistics, lambda name: name.split("::")[1].split(".")[0] in STATISTICS_OPS))
 
 
+before_rms = torch_fl.fallback_stats()
+check("rms_norm fwd+bwd f32 (warp rows, block rows, 2 dims, no weight)",
+      lambda x, w, y, v, z: (F.rms_norm(x, (64,), w) * x.cos(), F.rms_norm(y, (4096,), v, 1e-5) * y.sin(),
+                             F.rms_norm(z, (12, 12)) * z),
+      torch.randn(64, 33, 64), torch.rand(64) + 0.5, torch.randn(48, 4096) * 3, torch.randn(4096), x4, grad=True,
+      rtol=1e-5)
+check("rms_norm fwd+bwd bf16 and f64 (eps None)",
+      lambda x, w: (F.rms_norm(x.bfloat16(), (96,), w.bfloat16()) * x.bfloat16(),
+                    F.rms_norm(x.double(), (96,), w.double()) * x.double()),
+      torch.randn(300, 96), torch.rand(96) + 0.5, grad=True, atol=5e-2, rtol=2e-2)
+print("     rms_norm tiers:", tiers_since(before_rms, lambda name: "_fused_rms_norm" in name))
+
+
 random_fills()
 
 

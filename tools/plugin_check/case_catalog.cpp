@@ -274,6 +274,7 @@ void add_reductions_and_linear_algebra(std::map<std::string, CatalogEntry>& tabl
 void add_nn_ops(std::map<std::string, CatalogEntry>& table);
 void add_statistics_ops(std::map<std::string, CatalogEntry>& table);
 void add_indexing_ops(std::map<std::string, CatalogEntry>& table);
+void add_sorting_ops(std::map<std::string, CatalogEntry>& table);
 
 // Shared with case_catalog_nn.cpp.
 HostTensor catalog_random(fl_dtype_t dtype, const Shape& shape, double lo, double hi, const std::string& key) {
@@ -291,6 +292,7 @@ const CatalogEntry* find_catalog_entry(const std::string& op) {
     add_nn_ops(t);
     add_statistics_ops(t);
     add_indexing_ops(t);
+    add_sorting_ops(t);
     return t;
   }();
   auto it = table.find(op);

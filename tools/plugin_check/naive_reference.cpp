@@ -503,6 +503,7 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   if (base == "aten::_native_batch_norm_legit_no_training") return run_batch_norm(c, true);
   if (base == "aten::native_batch_norm_backward") return run_batch_norm_backward(c);
   if (auto statistics = naive_run_statistics(op, c)) return statistics;
+  if (auto sorting = naive_run_sorting(op, c)) return sorting;
   return naive_run_indexing(op, c);
 }
 

@@ -262,6 +262,12 @@ const fl_kernel_entry kTable[] = {
     entry("aten::flip.out", kReal, kStrided, k_flip_out),
     // cumsum: the mask is self's dtype; out's (its dtype argument) may be any but bool
     entry("aten::cumsum.out", kReal, kStrided | FL_KERNEL_ALIASING_OK, k_cumsum_out),
+#if !defined(__HIP__)
+    // sort/topk (CUB radix sorts, any strides; ties in index order; topk: no bool, as ATen).
+    // The HIP plugin builds without sort.cu (no hipCUB in Debian's ROCm): it lists neither.
+    entry("aten::sort.values_stable", kReal, kStrided | FL_KERNEL_PRECISE, k_sort_values_stable),
+    entry("aten::topk.values", kFloat | kInt, kStrided | FL_KERNEL_PRECISE, k_topk_values),
+#endif
     // GEMM (cuBLAS)
     entry("aten::mm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_mm_out),
     entry("aten::addmm.out", kFloat, FL_KERNEL_STRIDED_INPUTS | kDet, k_addmm_out),

@@ -214,6 +214,10 @@ fl_status_t k_flip_out(const fl_kernel_call* call);
 // scan.cu
 fl_status_t k_cumsum_out(const fl_kernel_call* call);
 
+// sort.cu (not in the HIP plugin)
+fl_status_t k_sort_values_stable(const fl_kernel_call* call);
+fl_status_t k_topk_values(const fl_kernel_call* call);
+
 // gemm_cublas.cpp
 fl_status_t k_mm_out(const fl_kernel_call* call);
 fl_status_t k_addmm_out(const fl_kernel_call* call);

@@ -127,7 +127,7 @@ def test_fallback_survey_lists_what_did_not_run_native():
     """tools/fallback_survey.py on the CPU plugin: every family runs, each listed op is one the
     fallback counters saw leave the native tier, and the ops made native for these families
     (rotary sin/cos, nearest upsampling, log_sigmoid, leaky_relu, hardtanh, gather/scatter, flip,
-    cumsum...) are not listed."""
+    cumsum, sort, topk...) are not listed."""
     import pathlib
     import subprocess
     import sys
@@ -142,7 +142,8 @@ def test_fallback_survey_lists_what_did_not_run_native():
     assert "aten::normal_" in listed
     for native in ("aten::sin", "aten::cos", "aten::upsample_nearest2d", "aten::log_sigmoid_forward",
                    "aten::leaky_relu", "aten::hardtanh", "aten::erf", "aten::max", "aten::bitwise_and",
-                   "aten::gather", "aten::scatter", "aten::scatter_add", "aten::flip", "aten::cumsum"):
+                   "aten::gather", "aten::scatter", "aten::scatter_add", "aten::flip", "aten::cumsum",
+                   "aten::sort", "aten::topk"):
         assert not any(op == native or op.startswith(native + ".") for op in listed), (native, listed)
     strict = subprocess.run([sys.executable, str(tool), "fl:0", "--strict"], capture_output=True, text=True,
                             timeout=300)

@@ -275,6 +275,7 @@ void add_nn_ops(std::map<std::string, CatalogEntry>& table);
 void add_statistics_ops(std::map<std::string, CatalogEntry>& table);
 void add_rms_norm_ops(std::map<std::string, CatalogEntry>& table);
 void add_indexing_ops(std::map<std::string, CatalogEntry>& table);
+void add_sorting_ops(std::map<std::string, CatalogEntry>& table);
 
 // Shared with case_catalog_nn.cpp.
 HostTensor catalog_random(fl_dtype_t dtype, const Shape& shape, double lo, double hi, const std::string& key) {
@@ -293,6 +294,7 @@ const CatalogEntry* find_catalog_entry(const std::string& op) {
     add_statistics_ops(t);
     add_rms_norm_ops(t);
     add_indexing_ops(t);
+    add_sorting_ops(t);
     return t;
   }();
   auto it = table.find(op);

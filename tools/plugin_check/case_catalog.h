@@ -51,6 +51,10 @@ struct CatalogEntry {
   std::function<std::vector<KernelCase>(fl_dtype_t dtype, bool strided_inputs)> build;
   // Multiplies the dtype's base tolerance (reductions, gemm, conv accumulate more error).
   double tolerance_scale = 1.0;
+  // Where the op leaves the order of its outputs open (an unstable sort's equal elements,
+  // topk's sorted=False), rewrites outputs into one canonical order before they are compared,
+  // the plugin's and the reference's alike; nullptr: compared as they come.
+  std::function<void(const KernelCase& c, std::vector<HostTensor>& outputs)> canonical_order = nullptr;
 };
 
 // The entry for an op name ("aten::add.out"), or nullptr when the catalog has no case.

@@ -68,6 +68,10 @@ Status check_kernel(const PluginLibrary& plugin, const fl_kernel_entry& entry, c
         message = where + ": " + run.error;
         return Status::Fail;
       }
+      if (catalog->canonical_order) {
+        catalog->canonical_order(c, run.outputs);
+        catalog->canonical_order(c, expected);
+      }
       if (auto mismatch = compare_outputs(run.outputs, expected, c.outputs, catalog->tolerance_scale)) {
         message = where + " vs " + against + ": " + *mismatch;
         return Status::Fail;

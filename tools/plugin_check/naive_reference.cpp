@@ -504,6 +504,7 @@ std::optional<std::vector<HostTensor>> naive_run(const std::string& op, const Ke
   if (base == "aten::native_batch_norm_backward") return run_batch_norm_backward(c);
   if (auto statistics = naive_run_statistics(op, c)) return statistics;
   if (auto rms_norm = naive_run_rms_norm(op, c)) return rms_norm;
+  if (auto sorting = naive_run_sorting(op, c)) return sorting;
   return naive_run_indexing(op, c);
 }
 

@@ -31,6 +31,9 @@ double rms_norm_default_eps(fl_dtype_t input_dtype);
 // (naive_reference_indexing.cpp); nullopt for any other op.
 std::optional<std::vector<HostTensor>> naive_run_indexing(const std::string& op, const KernelCase& c);
 
+// naive_run's part for sort and topk (naive_reference_sorting.cpp); nullopt for any other op.
+std::optional<std::vector<HostTensor>> naive_run_sorting(const std::string& op, const KernelCase& c);
+
 // Per-channel mean and 1/sqrt(biased var + eps) (0 where var + eps is 0) of x [N, C, *], as a
 // training batch norm computes them; also the saved statistics of the catalog's backward cases.
 void batch_norm_stats(const HostTensor& x, double eps, std::vector<double>& mean, std::vector<double>& invstd);

@@ -43,6 +43,7 @@ const std::vector<fl_kernel_entry>& kernel_table() {
     register_gather_scatter_kernels(registry);
     register_flip_kernels(registry);
     register_scan_kernels(registry);
+    register_sort_kernels(registry);
     return std::move(registry.entries());
   }();
   return table;

@@ -59,5 +59,6 @@ void register_variance_kernels(KernelRegistry& registry);
 void register_gather_scatter_kernels(KernelRegistry& registry);
 void register_flip_kernels(KernelRegistry& registry);
 void register_scan_kernels(KernelRegistry& registry);
+void register_sort_kernels(KernelRegistry& registry);
 
 }  // namespace fl::cpu::kernels

@@ -410,6 +410,33 @@ check("rms_norm fwd+bwd bf16 and f64 (eps None)",
 print("     rms_norm tiers:", tiers_since(before_rms, lambda name: "_fused_rms_norm" in name))
 
 
+before_sort = torch_fl.fallback_stats()
+ties = torch.randint(0, 6, (32, 300)).float()
+ties[3, ::7] = float("nan")
+
+
+def picked(values_indices, source, dim):
+    """An unstable sort's or topk's values, and what its indices pick from `source`: among equal
+    values ATen leaves the index order open, so indices are checked by what they point at."""
+    values, indices = values_indices
+    return values, source.gather(dim, indices)
+
+
+check("sort/argsort/topk: long rows, one row, ties, NaN, descending",
+      lambda a, b, t: (*picked(torch.sort(a, -1), a, 1), *picked(torch.sort(b, 0, descending=True), b, 0),
+                       *torch.sort(t, dim=1, stable=True), *torch.sort(t, dim=0, descending=True, stable=True),
+                       *picked(torch.topk(a, 5, 1), a, 1), *picked(torch.topk(t, 9, 1, largest=False), t, 1),
+                       *picked(torch.topk(b, 100, 0), b, 0)),
+      torch.randn(64, 5000), torch.randn(70000), ties, rtol=0)
+check("sort/topk bf16, f16, int64, int8, on a transposed view",
+      lambda a: (*picked(torch.sort(a.bfloat16().t(), 1), a.bfloat16().t(), 1),
+                 *torch.sort(a.half(), dim=0, stable=True), *torch.sort((a * 100).long(), dim=1, stable=True),
+                 *picked(torch.topk((a * 20).clamp(-100, 100).to(torch.int8), 3, 0, largest=False),
+                        (a * 20).clamp(-100, 100).to(torch.int8), 0)),
+      torch.randn(40, 33), rtol=0)
+print("     sort/topk tiers:", tiers_since(before_sort, lambda name: name.split("::")[1].split(".")[0] in {"sort", "topk"}))
+
+
 random_fills()
 
 

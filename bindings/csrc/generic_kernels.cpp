@@ -1,5 +1,6 @@
 #include "generic_kernels.h"
 
+#include "generic_indexing.h"
 #include "generic_losses.h"
 #include "generic_rms_norm.h"
 
@@ -330,6 +331,7 @@ const std::unordered_map<std::string, GenericKernel>& registry() {
       {"aten::huber_loss.out", huber_loss},
       {"aten::huber_loss_backward.out", huber_loss_backward},
       {"aten::xlogy.OutTensor", xlogy},
+      {"aten::index.Tensor_out", index_tensor},
       {"aten::_fused_rms_norm", fused_rms_norm},
       {"aten::_fused_rms_norm_backward", fused_rms_norm_backward},
       {"aten::batch_norm_stats.out", batch_norm_stats},

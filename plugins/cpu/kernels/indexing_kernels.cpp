@@ -70,11 +70,11 @@ void index_select_out(const fl_kernel_call* call) {
   submit(call, [=] {
     const size_t row = static_cast<size_t>(inner) * elem;
     for (int64_t i = 0; i < count; ++i) {
-      int64_t k = load_index(idx, idx_dtype, i);
-      if (k < 0) k += size;
+      // No wrapping: ATen's index_select refuses a negative index too.
+      const int64_t k = load_index(idx, idx_dtype, i);
       if (k < 0 || k >= size)
-        throw std::runtime_error("index_select: index " + std::to_string(load_index(idx, idx_dtype, i)) +
-                                 " is out of range for size " + std::to_string(size));
+        throw std::runtime_error("index_select: index " + std::to_string(k) + " is out of bounds for dimension " +
+                                 std::to_string(dim) + " with size " + std::to_string(size));
       for (int64_t o = 0; o < outer; ++o)
         std::memcpy(dst + static_cast<size_t>((o * count + i) * inner) * elem,
                     src + static_cast<size_t>((o * size + k) * inner) * elem, row);

@@ -23,4 +23,11 @@ namespace fl::binding {
 // index.Tensor_out(self, indices: Tensor?[]) -> out
 bool index_tensor(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out);
 
+// _index_put_impl.out(self, indices: Tensor?[], values, accumulate, unsafe) -> out (self itself for
+// index_put_, `x[idx] = v`, and for indexing's backward, which accumulates): integer indices as
+// above, through scatter (scatter_add when accumulating; with repeated indices and no
+// accumulation any one write wins, as ATen leaves it open); or one boolean mask with a single
+// value (`x[mask] = 0`), as where(mask, value, self). Other masks: the CPU fallback.
+bool index_put(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out);
+
 }  // namespace fl::binding

@@ -332,6 +332,7 @@ const std::unordered_map<std::string, GenericKernel>& registry() {
       {"aten::huber_loss_backward.out", huber_loss_backward},
       {"aten::xlogy.OutTensor", xlogy},
       {"aten::index.Tensor_out", index_tensor},
+      {"aten::_index_put_impl.out", index_put},
       {"aten::_fused_rms_norm", fused_rms_norm},
       {"aten::_fused_rms_norm_backward", fused_rms_norm_backward},
       {"aten::batch_norm_stats.out", batch_norm_stats},

@@ -291,12 +291,13 @@ enum {
  * that cannot handle a particular call (a dtype mix, a layout) returns FL_ERR_NOT_SUPPORTED
  * before enqueuing anything; the core then takes the next fallback tier for that call.
  * A bad argument that only the running kernel can see (an index or a loss target out of
- * range: checking it first would need the tensor copied to the host) is reported by the
- * device's next stream_synchronize, event_synchronize or device_synchronize as FL_ERR_DEVICE,
- * with last_error naming the op, the value and the valid range. The first such report is the
- * one kept; the wait that returns it clears it, and the device stays usable. The failed op's
- * outputs are undefined. stream_query and event_query may report it too, or leave it to the
- * next wait. (ATen's CUDA kernels stop at a device-side assert instead.) */
+ * range: checking it first would need the tensor copied to the host) is reported as
+ * FL_ERR_DEVICE, with last_error naming the op, the value and the valid range, by the next
+ * stream_synchronize of the stream the kernel ran on or the next device_synchronize of its
+ * device. The first such report is the one kept; the wait that returns it clears it, and the
+ * device stays usable. The failed op's outputs are undefined. event_synchronize, stream_query
+ * and event_query may report it too, or leave it to those waits. (ATen's CUDA kernels stop at
+ * a device-side assert instead.) */
 /* Entries for operators whose returns are not all tensors. The entry takes the operator's
  * arguments as inputs (schema order, as everywhere) and only the tensor returns named here
  * as outputs; the core makes the rest itself.

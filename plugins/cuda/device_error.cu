@@ -69,25 +69,32 @@ void destroy_device_error_channel(DeviceErrorChannel& channel) {
   channel = DeviceErrorChannel{};
 }
 
-void raise_pending_device_error(int32_t device) {
+// The host reads `ready` with acquire order: on a host with a weak memory model (an ARM
+// Grace), the fields written before it by a kernel on another stream are then visible too.
+int32_t ready_of(const DeviceErrorRecord* r) { return __atomic_load_n(&r->ready, __ATOMIC_ACQUIRE); }
+
+void raise_pending_device_error(int32_t device, const gpuStream_t* stream) {
   DeviceErrorChannel& channel = device_state(device).errors;
-  volatile DeviceErrorRecord* shared = channel.host_record;
-  if (shared == nullptr || shared->ready == 0) return;
+  DeviceErrorRecord* shared = channel.host_record;
+  if (shared == nullptr || ready_of(shared) == 0) return;
   DeviceErrorRecord found{};
   {
     // Two threads that wait at once: one reports, the other finds the record cleared.
     std::lock_guard<std::mutex> lock(report_mutex());
-    if (shared->ready == 0) return;
-    found.op = shared->op;
-    found.dim = shared->dim;
-    found.value = shared->value;
-    found.bound = shared->bound;
+    if (ready_of(shared) == 0) return;
+    if (stream != nullptr && shared->stream != static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*stream))) return;
+    found = *shared;
     // The record first, then the claim word: a kernel that reports in between finds the
-    // claim still taken and is dropped, never half-written over a cleared record.
-    shared->ready = 0;
-    check_gpu(gpuMemsetAsync(channel.sink.claim, 0, sizeof(unsigned int), channel.clear_stream),
-              "cudaMemsetAsync (device error claim)");
-    check_gpu(gpuStreamSynchronize(channel.clear_stream), "cudaStreamSynchronize (device error stream)");
+    // claim still taken and is dropped, never half-written over a cleared record. Should the
+    // reset fail (the context is broken then), the record is kept: every later wait fails with
+    // it, rather than the claim staying taken and later reports being dropped unseen.
+    __atomic_store_n(&shared->ready, 0, __ATOMIC_RELEASE);
+    const gpuError_t reset = gpuMemsetAsync(channel.sink.claim, 0, sizeof(unsigned int), channel.clear_stream);
+    const gpuError_t waited = reset == gpuSuccess ? gpuStreamSynchronize(channel.clear_stream) : reset;
+    if (waited != gpuSuccess) {
+      (void)gpuGetLastError();
+      __atomic_store_n(&shared->ready, 1, __ATOMIC_RELEASE);
+    }
   }
   plugin::raise(FL_ERR_DEVICE, describe(found, device));
 }

@@ -19,6 +19,7 @@ __device__ inline void report_out_of_range(const DeviceErrorSink& sink, CheckedO
   r->dim = dim;
   r->value = value;
   r->bound = bound;
+  r->stream = sink.stream;
   __threadfence_system();
   r->ready = 1;
 }

@@ -10,8 +10,17 @@
 // wait with FL_ERR_DEVICE naming the op, the index and the bound. ATen's CUDA kernels instead
 // stop at a device-side assert, which leaves the CUDA context unusable; here the process goes on.
 //
-// Limits: one report per wait (the first; the op's outputs are not valid). A kernel still
-// running on another stream of the device when the host clears the record may lose its report.
+// Which wait reports it: the record names the stream the kernel ran on. stream_synchronize of
+// that stream takes it, and device_synchronize (which waits for every stream) takes it whatever
+// the stream; a wait for another stream, and event_synchronize (whose event does not say which
+// stream it covers; the binding's pinned-memory cache and device timers wait on events), leave
+// it for those. So the report reaches the thread that waits for the stream that ran the op, or
+// the next wait for the whole device (a user's torch.fl.synchronize, but also the allocator's
+// wait before it returns cached memory to the driver, which then raises it).
+//
+// Limits: one report outstanding per device (the first; the op's outputs are not valid); while
+// it is, further reports from any stream are dropped. A kernel still running on another stream
+// when the host clears the record may lose its report.
 #pragma once
 
 #include "gpu_runtime.h"
@@ -39,13 +48,15 @@ struct DeviceErrorRecord {
   int32_t dim;    // the indexed dimension (-1: none, as for a loss's target)
   int32_t unused;
   int64_t value;  // the index (or target) found
-  int64_t bound;  // valid values are [0, bound)
+  int64_t bound;   // valid values are [0, bound)
+  uint64_t stream; // the stream the kernel ran on (its gpuStream_t's bits)
 };
 
 // What a kernel is handed to report with: two device addresses (NULL: reports are dropped).
 struct DeviceErrorSink {
   unsigned int* claim = nullptr;        // device memory: 0 until a thread claims the record
   DeviceErrorRecord* record = nullptr;  // the device's address of the mapped host record
+  uint64_t stream = 0;                  // the launch's stream, written into the record
 };
 
 // One device's sink and the host side of it. Created at init with the device current.
@@ -58,8 +69,9 @@ struct DeviceErrorChannel {
 void create_device_error_channel(DeviceErrorChannel& channel);
 void destroy_device_error_channel(DeviceErrorChannel& channel);  // never throws
 
-// After a host wait for `device` returned: when a kernel left a report, clears it and raises
-// FL_ERR_DEVICE with the op, the value and the bound. Callers hold no plugin lock.
-void raise_pending_device_error(int32_t device);
+// After a host wait for `device` returned: when a kernel left a report (on `stream`, or on any
+// stream when `stream` is null: a wait for the whole device), clears it and raises FL_ERR_DEVICE
+// with the op, the value and the bound. Callers hold no plugin lock.
+void raise_pending_device_error(int32_t device, const gpuStream_t* stream);
 
 }  // namespace fl::cuda

@@ -148,7 +148,6 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
       dev->sm_count = prop.multiProcessorCount;
       check_gpu(gpuStreamCreateWithPriority(&dev->default_stream, gpuStreamNonBlocking, 0),
                 "cudaStreamCreateWithPriority (default stream)");
-      create_device_error_channel(dev->errors);
       // Scratch memory (cudaMallocAsync: cuDNN workspaces, reduction partials) stays cached
       // in the device's default pool up to this size instead of going back at every sync.
       // Not fatal: without it scratch memory is simply returned to the driver more often.
@@ -169,6 +168,7 @@ void init_plugin_state(const fl_host_services* host, const std::string& options)
       p.compute_capability = prop.major * 10 + prop.minor;
       properties.push_back(p);
       devices.push_back(std::move(dev));
+      create_device_error_channel(devices.back()->errors);  // freed by the catch below if it fails
       log_message(FL_LOG_INFO, "cuda plugin: device " + std::to_string(i) + " " + p.name + " " +
                                    p.stable_id + " sm_" + std::to_string(p.compute_capability));
     }
@@ -252,6 +252,7 @@ LaunchContext begin_kernel(const fl_kernel_call* call) {
   ctx.sm_count = d.sm_count;
   ctx.device = call->device;
   ctx.errors = d.errors.sink;
+  ctx.errors.stream = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ctx.stream));
   return ctx;
 }
 

@@ -100,7 +100,7 @@ fl_status_t plugin_device_synchronize(int32_t device) {
   return guard([&] {
     activate_device(device);
     check_gpu(gpuDeviceSynchronize(), "cudaDeviceSynchronize");
-    raise_pending_device_error(device);
+    raise_pending_device_error(device, nullptr);
   });
 }
 
@@ -242,8 +242,9 @@ fl_status_t plugin_stream_destroy(int32_t device, fl_stream_t stream) {
 fl_status_t plugin_stream_synchronize(int32_t device, fl_stream_t stream) {
   return guard([&] {
     activate_device(device);
-    check_gpu(gpuStreamSynchronize(resolve_stream(device, stream)), "cudaStreamSynchronize");
-    raise_pending_device_error(device);
+    const auto waited = resolve_stream(device, stream);
+    check_gpu(gpuStreamSynchronize(waited), "cudaStreamSynchronize");
+    raise_pending_device_error(device, &waited);
   });
 }
 
@@ -321,7 +322,6 @@ fl_status_t plugin_event_synchronize(int32_t device, fl_event_t event) {
     if (event == nullptr) raise(FL_ERR_INVALID_ARGUMENT, "event_synchronize: event is NULL");
     activate_device(device);
     check_gpu(gpuEventSynchronize(reinterpret_cast<gpuEvent_t>(event)), "cudaEventSynchronize");
-    raise_pending_device_error(device);
   });
 }
 

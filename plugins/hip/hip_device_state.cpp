@@ -134,8 +134,8 @@ void init_runtime_devices(const fl_host_services* host, const std::string& optio
       dev->sm_count = prop.multiProcessorCount;
       check_gpu(hipStreamCreateWithPriority(&dev->default_stream, hipStreamNonBlocking, 0),
                 "hipStreamCreateWithPriority (default stream)");
-      create_device_error_channel(dev->errors);
       devices.push_back(std::move(dev));
+      create_device_error_channel(devices.back()->errors);  // freed by the catch below if it fails
       hip::HipProperties p;
       p.arch = prop.gcnArchName;
       p.name = prop.name[0] != '\0' ? std::string(prop.name) : "AMD " + p.arch;
@@ -205,6 +205,7 @@ LaunchContext begin_kernel(const fl_kernel_call* call) {
   ctx.sm_count = d.sm_count;
   ctx.device = call->device;
   ctx.errors = d.errors.sink;
+  ctx.errors.stream = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(ctx.stream));
   return ctx;
 }
 

@@ -93,7 +93,7 @@ fl_status_t plugin_device_synchronize(int32_t device) {
   return guard([&] {
     activate_device(device);
     check_gpu(hipDeviceSynchronize(), "hipDeviceSynchronize");
-    raise_pending_device_error(device);
+    raise_pending_device_error(device, nullptr);
   });
 }
 
@@ -214,8 +214,9 @@ fl_status_t plugin_stream_destroy(int32_t device, fl_stream_t stream) {
 fl_status_t plugin_stream_synchronize(int32_t device, fl_stream_t stream) {
   return guard([&] {
     activate_device(device);
-    check_gpu(hipStreamSynchronize(resolve_stream(device, stream)), "hipStreamSynchronize");
-    raise_pending_device_error(device);
+    const auto waited = resolve_stream(device, stream);
+    check_gpu(hipStreamSynchronize(waited), "hipStreamSynchronize");
+    raise_pending_device_error(device, &waited);
   });
 }
 
@@ -291,7 +292,6 @@ fl_status_t plugin_event_synchronize(int32_t device, fl_event_t event) {
     if (event == nullptr) raise(FL_ERR_INVALID_ARGUMENT, "event_synchronize: event is NULL");
     activate_device(device);
     check_gpu(hipEventSynchronize(reinterpret_cast<hipEvent_t>(event)), "hipEventSynchronize");
-    raise_pending_device_error(device);
   });
 }
 

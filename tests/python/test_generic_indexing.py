@@ -1,6 +1,8 @@
-"""Advanced indexing with integer index tensors on fl (aten::index.Tensor) runs in the generic tier
-(generic_indexing.h: index_select over the indexed dimensions), on the device; boolean masks keep
-the CPU fallback. Results are compared with ATen's CPU indexing, value for value."""
+"""Advanced indexing on fl in the generic tier (generic_indexing.h), on the device: reads with integer
+index tensors (aten::index.Tensor, through index_select) and writes (index_put_, through
+scatter/scatter_add, or where() for a boolean mask with one value); boolean-mask reads and
+mask writes of many values keep the CPU fallback. Compared with ATen's CPU indexing, value for
+value."""
 from __future__ import annotations
 
 import pytest
@@ -40,15 +42,6 @@ def test_integer_indexing_matches_cpu_and_stays_on_the_device(name):
     assert op_calls(torch_fl.fallback_stats(), "aten::index") == {"native": 0, "generic": 1, "cpu_fallback": 0}
 
 
-def test_indexing_gradient_flows_back_through_index_put():
-    x = X.clone().requires_grad_()
-    rows, cols = torch.tensor([0, 1, 1, 3]), torch.tensor([2, 2, 2, 0])
-    x[rows, cols].square().sum().backward()
-    xf = X.to("fl:0").requires_grad_()
-    xf[rows.to("fl:0"), cols.to("fl:0")].square().sum().backward()
-    torch.testing.assert_close(xf.grad.cpu(), x.grad)
-
-
 def test_boolean_mask_keeps_the_cpu_fallback():
     torch_fl.reset_fallback_stats()
     mask = X > 0.5
@@ -76,3 +69,65 @@ def test_index_select_refuses_negative_indices_like_aten():
         torch.index_select(x, 0, torch.tensor([-1]))
     with pytest.raises(RuntimeError, match=r"index -1 is out of bounds for dimension 0 with size 4"):
         torch.index_select(x.to("fl:0"), 0, torch.tensor([-1]).to("fl:0")).cpu()
+
+
+def _t(device, *values):
+    return torch.tensor(list(values)).to(device)
+
+
+PUT_CASES = {
+    "x[idx] = 1": lambda x, d: x.__setitem__(_t(d, 0, 2, -1), 1.0),
+    "x[:, idx] = broadcast values": lambda x, d: x.__setitem__((slice(None), _t(d, 4, -1)),
+                                                               torch.arange(2.0).view(1, 2, 1, 1).to(d)),
+    "accumulate with repeated pairs": lambda x, d: x.index_put_((_t(d, 0, 0, 3), _t(d, 1, 1, 2)),
+                                                                torch.arange(3.0).view(3, 1, 1).to(d),
+                                                                accumulate=True),
+    "non-adjacent pair": lambda x, d: x.__setitem__((_t(d, 1, 2), slice(None), _t(d, 0, 5)),
+                                                    torch.arange(70.0).view(2, 5, 7).to(d)),
+    "adjacent pair after a slice": lambda x, d: x.__setitem__((slice(None), _t(d, 1, 2), _t(d, 0, 5)),
+                                                              torch.arange(56.0).view(4, 2, 7).to(d)),
+    "x[mask] = 0": lambda x, d: x.__setitem__(x > 0.5, 0.0),
+    "x[mask over 2 dims] = -inf": lambda x, d: x.__setitem__(x[:, :, 0, 0] > 0, float("-inf")),
+    "x[:, mask] = 3": lambda x, d: x.__setitem__((slice(None), _t(d, True, False, True, False, False)), 3.0),
+    "x[mask] += 2 (accumulate)": lambda x, d: x.index_put_((x > 0,), torch.tensor(2.0).to(d), accumulate=True),
+}
+
+
+@pytest.mark.parametrize("name", list(PUT_CASES))
+def test_index_put_matches_cpu_and_stays_on_the_device(name):
+    torch_fl.reset_fallback_stats()
+    expected, actual = X.clone(), X.clone().to("fl:0")
+    PUT_CASES[name](expected, "cpu")
+    PUT_CASES[name](actual, "fl:0")
+    assert torch.equal(actual.cpu(), expected)
+    assert op_calls(torch_fl.fallback_stats(), "aten::_index_put_impl") == {"native": 0, "generic": 1,
+                                                                            "cpu_fallback": 0}
+
+
+def test_index_put_with_a_mask_and_many_values_keeps_the_cpu_fallback():
+    torch_fl.reset_fallback_stats()
+    expected, actual = X.clone(), X.clone().to("fl:0")
+    count = int((X > 1.0).sum())
+    expected[X > 1.0] = torch.arange(float(count))
+    actual[actual > 1.0] = torch.arange(float(count)).to("fl:0")
+    assert torch.equal(actual.cpu(), expected)
+    assert op_calls(torch_fl.fallback_stats(), "aten::_index_put_impl")["cpu_fallback"] == 1
+
+
+def test_indexing_backward_runs_on_the_device():
+    torch_fl.reset_fallback_stats()
+    xf = X.to("fl:0").requires_grad_()
+    xf[_t("fl:0", 0, 1, 1), _t("fl:0", 2, 2, 2)].square().sum().backward()
+    x = X.clone().requires_grad_()
+    x[_t("cpu", 0, 1, 1), _t("cpu", 2, 2, 2)].square().sum().backward()
+    torch.testing.assert_close(xf.grad.cpu(), x.grad)
+    stats = torch_fl.fallback_stats()
+    assert op_calls(stats, "aten::_index_put_impl")["cpu_fallback"] == 0
+    assert op_calls(stats, "aten::index")["cpu_fallback"] == 0
+
+
+def test_index_put_out_of_range_raises():
+    xf = X.to("fl:0")
+    with pytest.raises(RuntimeError, match=r"out of bounds"):
+        xf[_t("fl:0", 1), _t("fl:0", 9)] = 1.0
+        xf.cpu()

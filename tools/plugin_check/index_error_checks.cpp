@@ -103,7 +103,13 @@ Status check_index_error(const PluginLibrary& plugin, const fl_kernel_entry& ent
     message = "declined the float32 case (" + bad.error + ")";
     return Status::Skip;
   }
-  if (bad.error.find(": ") + 2 >= bad.error.size()) {
+  if (bad.status != FL_ERR_DEVICE && bad.status != FL_ERR_INVALID_ARGUMENT) {
+    message = c.bad.label + " with an index out of range: " + bad.error +
+              " (expected FL_ERR_INVALID_ARGUMENT from the kernel or FL_ERR_DEVICE from the synchronize after it)";
+    return Status::Fail;
+  }
+  const size_t colon = bad.error.find(": ");
+  if (colon == std::string::npos || colon + 2 >= bad.error.size()) {
     message = "the index out of range was reported (" + std::string(status_name(bad.status)) + ") without a message";
     return Status::Fail;
   }

@@ -160,5 +160,5 @@ def test_check_device_errors_holds_on_the_cpu_plugin():
     tool = pathlib.Path(__file__).resolve().parents[2] / "tools" / "gpu" / "check_device_errors.py"
     run = subprocess.run([sys.executable, str(tool), "fl:0"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "fl:0: 5 of 5 cases hold" in run.stdout
-    assert run.stdout.count("\nok    ") + run.stdout.startswith("ok    ") == 5
+    assert "fl:0: 6 of 6 cases hold" in run.stdout
+    assert run.stdout.count("\nok    ") + run.stdout.startswith("ok    ") == 6

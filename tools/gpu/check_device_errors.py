@@ -3,7 +3,8 @@
 Usage: check_device_errors.py [fl:N]   (default fl:0; any plugin)
 
 Each case runs an op with one index (or loss target) out of range, then the call that waits
-for the device (`.cpu()`, `.item()`, `torch.fl.synchronize()`, a side stream's synchronize).
+for the device (`.cpu()`, `.item()`, `torch.fl.synchronize()`, a side stream's synchronize);
+a wait for another stream, or for an event, must leave the report to those.
 It must raise RuntimeError with a message naming the value and the size, a second wait must
 not raise again, and the same op with good indices on the same device must then give ATen's
 CPU result. ATen's own CUDA kernels stop at a device-side assert here, after which the process
@@ -97,8 +98,21 @@ def cases(device: str) -> dict[str, Callable[[], str]]:
         _expect_equal(result, torch.gather(x, 1, good), "gather on the side stream after the error")
         return text
 
+    def other_stream_waits_leave_it() -> str:
+        stream = torch.fl.Stream(device)
+        with torch.fl.stream(stream):
+            out = torch.gather(xd, 0, torch.tensor([[7, 0, 0, 0]]).to(device))
+        torch.fl.current_stream(device).synchronize()  # another stream's wait: no report for it
+        event = torch.fl.Event()
+        event.record(stream)
+        event.synchronize()  # an event's wait leaves it too
+        text = _expect_error(stream.synchronize, r"index 7 is out of bounds for dimension 0 with size 3")
+        del out
+        return text
+
     return {"gather": gather, "embedding": embedding, "cross_entropy": cross_entropy,
-            "scatter_add then torch.fl.synchronize": scatter_add_then_synchronize, "side stream": side_stream}
+            "scatter_add then torch.fl.synchronize": scatter_add_then_synchronize, "side stream": side_stream,
+            "other streams' and events' waits leave it": other_stream_waits_leave_it}
 
 
 def main(argv: list[str]) -> int:

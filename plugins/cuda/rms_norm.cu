@@ -10,9 +10,7 @@
 // of rows, then the chunks summed in a fixed order — no atomics, the same bits run to run.
 // Input, weight, out and the gradients share one dtype (a weight of another dtype is declined:
 // ATen's rms_norm runs its composite then and never calls these); rstd may be any floating
-// dtype (ATen's: float32, float64 for float64 input). Rows whose bytes are a multiple of 16 at
-// 16-byte aligned addresses (every row of a hidden size divisible by 8 in bf16/fp16, by 4 in
-// float32) are read and written 16 bytes at a time (Pack); others element by element.
+// dtype (ATen's: float32, float64 for float64 input). Not done: vectorised loads.
 #include "block_reduce.cuh"
 #include "dispatch.cuh"
 #include "dtype_convert.cuh"
@@ -21,10 +19,7 @@
 #include "kernels.hpp"
 #include "scratch_buffer.hpp"
 
-#include <cstdint>
-#include <initializer_list>
 #include <limits>
-#include <type_traits>
 
 namespace fl::cuda {
 namespace {
@@ -32,31 +27,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kWarpRowLimit = 1024;  // longest row served by a single warp
 
-// 16 bytes of T, loaded or stored in one instruction.
-template <class T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / static_cast<int>(sizeof(T));
-  T v[kSize];
-};
-
-// Whether rows of n elements of `elem` bytes at these addresses (NULL: absent) can be read
-// and written as Packs.
-bool packs_fit(int64_t n, size_t elem, std::initializer_list<const void*> pointers) {
-  if ((static_cast<uint64_t>(n) * elem) % 16 != 0) return false;
-  for (const void* p : pointers)
-    if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
-
-// Calls f(j, values of x at j...) for this thread's share of a row: element j (kPacked false) or
-// the Pack at j (true); `count` is the row's length in elements.
-template <class T, int TPR, bool kPacked, class F>
-__device__ __forceinline__ void for_row(int t, int64_t count, F&& f) {
-  const int64_t steps = kPacked ? count / Pack<T>::kSize : count;
-  for (int64_t j = t; j < steps; j += TPR) f(j);
-}
-
-template <class T, int TPR, bool kPacked>
+template <class T, int TPR>
 __global__ void rms_norm_forward(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                  void* rstd_out, fl_dtype_t rstd_dt, int64_t m, int64_t n, double eps) {
   using Acc = acc_type_t<T>;
@@ -68,49 +39,22 @@ __global__ void rms_norm_forward(const T* __restrict__ x, const T* __restrict__ 
     const T* xr = x + row * n;
     T* yr = y + row * n;
     Acc sum_sq = 0;
-    if constexpr (kPacked) {
-      for_row<T, TPR, true>(t, n, [&](int64_t j) {
-        const Pack<T> p = reinterpret_cast<const Pack<T>*>(xr)[j];
-#pragma unroll
-        for (int k = 0; k < Pack<T>::kSize; ++k) {
-          const Acc v = convert<Acc>(p.v[k]);
-          sum_sq += v * v;
-        }
-      });
-    } else {
-      for_row<T, TPR, false>(t, n, [&](int64_t j) {
-        const Acc v = convert<Acc>(xr[j]);
-        sum_sq += v * v;
-      });
+    for (int64_t j = t; j < n; j += TPR) {
+      const Acc v = convert<Acc>(xr[j]);
+      sum_sq += v * v;
     }
     sum_sq = group_reduce<TPR>(sum_sq, SumOf{}, shared);
     const Acc rstd = dmath::rsqrt_(sum_sq / static_cast<Acc>(n) + static_cast<Acc>(eps));
-    if constexpr (kPacked) {
-      for_row<T, TPR, true>(t, n, [&](int64_t j) {
-        const Pack<T> p = reinterpret_cast<const Pack<T>*>(xr)[j];
-        Pack<T> weights{};
-        if (w != nullptr) weights = reinterpret_cast<const Pack<T>*>(w)[j];
-        Pack<T> o;
-#pragma unroll
-        for (int k = 0; k < Pack<T>::kSize; ++k) {
-          Acc out = convert<Acc>(p.v[k]) * rstd;
-          if (w != nullptr) out *= convert<Acc>(weights.v[k]);
-          o.v[k] = convert<T>(out);
-        }
-        reinterpret_cast<Pack<T>*>(yr)[j] = o;
-      });
-    } else {
-      for_row<T, TPR, false>(t, n, [&](int64_t j) {
-        Acc out = convert<Acc>(xr[j]) * rstd;
-        if (w != nullptr) out *= convert<Acc>(w[j]);
-        yr[j] = convert<T>(out);
-      });
+    for (int64_t j = t; j < n; j += TPR) {
+      Acc out = convert<Acc>(xr[j]) * rstd;
+      if (w != nullptr) out *= convert<Acc>(w[j]);
+      yr[j] = convert<T>(out);
     }
     if (t == 0 && rstd_out != nullptr) store_as(rstd_out, row, rstd_dt, rstd);
   }
 }
 
-template <class T, int TPR, bool kPacked>
+template <class T, int TPR>
 __global__ void rms_norm_backward_input(const T* __restrict__ dy, const T* __restrict__ x, const void* rstd_in,
                                         fl_dtype_t rstd_dt, const T* __restrict__ w, T* __restrict__ dx, int64_t m,
                                         int64_t n) {
@@ -126,45 +70,16 @@ __global__ void rms_norm_backward_input(const T* __restrict__ dy, const T* __res
     T* dxr = dx + row * n;
     const Acc rstd = load_as<Acc>(rstd_in, row, rstd_dt);
     Acc s = 0;
-    if constexpr (kPacked) {
-      for_row<T, TPR, true>(t, n, [&](int64_t j) {
-        const Pack<T> g = reinterpret_cast<const Pack<T>*>(dyr)[j], v = reinterpret_cast<const Pack<T>*>(xr)[j];
-        Pack<T> weights{};
-        if (w != nullptr) weights = reinterpret_cast<const Pack<T>*>(w)[j];
-#pragma unroll
-        for (int k = 0; k < Pack<T>::kSize; ++k) {
-          const Acc wj = w != nullptr ? convert<Acc>(weights.v[k]) : Acc(1);
-          s += convert<Acc>(g.v[k]) * wj * convert<Acc>(v.v[k]) * rstd;
-        }
-      });
-    } else {
-      for_row<T, TPR, false>(t, n, [&](int64_t j) {
-        const Acc wj = w != nullptr ? convert<Acc>(w[j]) : Acc(1);
-        s += convert<Acc>(dyr[j]) * wj * convert<Acc>(xr[j]) * rstd;
-      });
+    for (int64_t j = t; j < n; j += TPR) {
+      const Acc wj = w != nullptr ? convert<Acc>(w[j]) : Acc(1);
+      s += convert<Acc>(dyr[j]) * wj * convert<Acc>(xr[j]) * rstd;
     }
     s = group_reduce<TPR>(s, SumOf{}, shared);
     const Acc scale = (Acc(1) / fn) * rstd;
-    if constexpr (kPacked) {
-      for_row<T, TPR, true>(t, n, [&](int64_t j) {
-        const Pack<T> g = reinterpret_cast<const Pack<T>*>(dyr)[j], v = reinterpret_cast<const Pack<T>*>(xr)[j];
-        Pack<T> weights{};
-        if (w != nullptr) weights = reinterpret_cast<const Pack<T>*>(w)[j];
-        Pack<T> o;
-#pragma unroll
-        for (int k = 0; k < Pack<T>::kSize; ++k) {
-          const Acc wj = w != nullptr ? convert<Acc>(weights.v[k]) : Acc(1);
-          const Acc d = fn * wj * convert<Acc>(g.v[k]) - convert<Acc>(v.v[k]) * rstd * s;
-          o.v[k] = convert<T>(d * scale);
-        }
-        reinterpret_cast<Pack<T>*>(dxr)[j] = o;
-      });
-    } else {
-      for_row<T, TPR, false>(t, n, [&](int64_t j) {
-        const Acc wj = w != nullptr ? convert<Acc>(w[j]) : Acc(1);
-        const Acc d = fn * wj * convert<Acc>(dyr[j]) - convert<Acc>(xr[j]) * rstd * s;
-        dxr[j] = convert<T>(d * scale);
-      });
+    for (int64_t j = t; j < n; j += TPR) {
+      const Acc wj = w != nullptr ? convert<Acc>(w[j]) : Acc(1);
+      const Acc g = fn * wj * convert<Acc>(dyr[j]) - convert<Acc>(xr[j]) * rstd * s;
+      dxr[j] = convert<T>(g * scale);
     }
   }
 }
@@ -281,19 +196,12 @@ FL_CUDA_KERNEL(k_fused_rms_norm) {
       const T* xp = plugin::data_ptr<const T>(input);
       const T* wp = weight != nullptr ? plugin::data_ptr<const T>(*weight) : nullptr;
       T* yp = plugin::data_ptr<T>(out);
-      const bool packed = packs_fit(rc.n, sizeof(T), {xp, wp, yp});
-      auto launch = [&](auto tpr, auto pack) {
-        constexpr int TPR = decltype(tpr)::value;
-        rms_norm_forward<T, TPR, decltype(pack)::value>
-            <<<grid_for(rc.m, kThreads / TPR, ctx), kThreads, 0, ctx.stream>>>(xp, wp, yp, rstd, rstd_dt, rc.m, rc.n, eps);
-      };
-      if (rc.n <= kWarpRowLimit) {
-        if (packed) launch(std::integral_constant<int, 32>{}, std::true_type{});
-        else launch(std::integral_constant<int, 32>{}, std::false_type{});
-      } else {
-        if (packed) launch(std::integral_constant<int, kThreads>{}, std::true_type{});
-        else launch(std::integral_constant<int, kThreads>{}, std::false_type{});
-      }
+      if (rc.n <= kWarpRowLimit)
+        rms_norm_forward<T, 32><<<grid_for(rc.m, kThreads / 32, ctx), kThreads, 0, ctx.stream>>>(
+            xp, wp, yp, rstd, rstd_dt, rc.m, rc.n, eps);
+      else
+        rms_norm_forward<T, kThreads><<<grid_for(rc.m, 1, ctx), kThreads, 0, ctx.stream>>>(
+            xp, wp, yp, rstd, rstd_dt, rc.m, rc.n, eps);
       check_launch("rms_norm_forward");
     });
     if (!ok) unsupported_dtype(name, input.dtype);
@@ -341,20 +249,12 @@ FL_CUDA_KERNEL(k_fused_rms_norm_backward) {
       const T* wp = weight != nullptr ? plugin::data_ptr<const T>(*weight) : nullptr;
       if (want_dx && rc.m > 0 && rc.n > 0) {
         T* dxp = plugin::data_ptr<T>(a.output(0));
-        const bool packed = packs_fit(rc.n, sizeof(T), {dyp, xp, wp, dxp});
-        auto launch = [&](auto tpr, auto pack) {
-          constexpr int TPR = decltype(tpr)::value;
-          rms_norm_backward_input<T, TPR, decltype(pack)::value>
-              <<<grid_for(rc.m, kThreads / TPR, ctx), kThreads, 0, ctx.stream>>>(dyp, xp, rp, rstd.dtype, wp, dxp,
-                                                                                rc.m, rc.n);
-        };
-        if (rc.n <= kWarpRowLimit) {
-          if (packed) launch(std::integral_constant<int, 32>{}, std::true_type{});
-          else launch(std::integral_constant<int, 32>{}, std::false_type{});
-        } else {
-          if (packed) launch(std::integral_constant<int, kThreads>{}, std::true_type{});
-          else launch(std::integral_constant<int, kThreads>{}, std::false_type{});
-        }
+        if (rc.n <= kWarpRowLimit)
+          rms_norm_backward_input<T, 32><<<grid_for(rc.m, kThreads / 32, ctx), kThreads, 0, ctx.stream>>>(
+              dyp, xp, rp, rstd.dtype, wp, dxp, rc.m, rc.n);
+        else
+          rms_norm_backward_input<T, kThreads><<<grid_for(rc.m, 1, ctx), kThreads, 0, ctx.stream>>>(
+              dyp, xp, rp, rstd.dtype, wp, dxp, rc.m, rc.n);
         check_launch("rms_norm_backward_input");
       }
       if (want_dw && rc.n > 0) {

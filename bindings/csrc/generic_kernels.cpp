@@ -14,6 +14,15 @@
 #include <unordered_map>
 
 namespace fl::binding {
+
+at::Tensor in_acc(const at::Tensor& t) {
+  const auto acc = at::toOpMathType(t.scalar_type());
+  return t.scalar_type() == acc ? t : t.to(acc);
+}
+
+const at::Tensor* optional_tensor(const std::vector<c10::IValue>& in, size_t i) {
+  return in[i].isTensor() && in[i].toTensor().defined() ? &in[i].toTensor() : nullptr;
+}
 namespace {
 
 const at::Tensor& T(const std::vector<c10::IValue>& in, size_t i) { return in[i].toTensor(); }
@@ -40,15 +49,6 @@ at::Tensor per_channel(const at::Tensor& v, const at::Tensor& like) {
   std::vector<int64_t> shape(static_cast<size_t>(like.dim()), 1);
   shape[1] = v.numel();
   return v.reshape(shape);
-}
-
-at::Tensor in_acc(const at::Tensor& t) {
-  const auto acc = at::toOpMathType(t.scalar_type());
-  return t.scalar_type() == acc ? t : t.to(acc);
-}
-
-const at::Tensor* optional_tensor(const std::vector<c10::IValue>& in, size_t i) {
-  return in[i].isTensor() && in[i].toTensor().defined() ? &in[i].toTensor() : nullptr;
 }
 
 // 1 / sqrt(var + eps); 0 where var and eps are both 0 (a constant channel with eps = 0), as

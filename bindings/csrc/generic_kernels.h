@@ -21,4 +21,10 @@ const GenericKernel* find_generic_kernel(const std::string& kernel_name);
 
 std::vector<std::string> generic_kernel_names();
 
+// For the kernels themselves (generic_kernels.cpp, generic_losses.cpp, generic_rms_norm.cpp):
+// `t` in its op-math type (float for the 16-bit floats, else `t` itself), which they compute in
+// as ATen's kernels do; and input `i` when it is a defined tensor, nullptr for a None.
+at::Tensor in_acc(const at::Tensor& t);
+const at::Tensor* optional_tensor(const std::vector<c10::IValue>& in, size_t i);
+
 }  // namespace fl::binding

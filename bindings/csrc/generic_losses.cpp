@@ -9,12 +9,6 @@ namespace {
 
 const at::Tensor& tensor_at(const std::vector<c10::IValue>& in, size_t i) { return in[i].toTensor(); }
 
-// Computed in the op-math type (float for the 16-bit floats), as ATen's kernels compute.
-at::Tensor widened(const at::Tensor& t) {
-  const auto acc = at::toOpMathType(t.scalar_type());
-  return t.scalar_type() == acc ? t : t.to(acc);
-}
-
 at::Tensor reduced(const at::Tensor& elementwise, int64_t reduction) {
   if (reduction == at::Reduction::Mean) return at::mean(elementwise);
   if (reduction == at::Reduction::Sum) return at::sum(elementwise);
@@ -36,7 +30,7 @@ bool written(at::Tensor& out, const at::Tensor& value) {
 // |x - y| < beta ? 0.5 (x - y)^2 / beta : |x - y| - beta / 2 (beta 0: the L1 loss).
 bool smooth_l1_loss(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
   const double beta = in[3].toDouble();
-  const at::Tensor z = at::abs(at::sub(widened(tensor_at(in, 0)), widened(tensor_at(in, 1))));
+  const at::Tensor z = at::abs(at::sub(in_acc(tensor_at(in, 0)), in_acc(tensor_at(in, 1))));
   const at::Tensor loss = beta == 0.0 ? z : at::where(at::lt(z, beta), at::div(at::mul(at::mul(z, z), 0.5), beta),
                                                       at::sub(z, 0.5 * beta));
   return written(out[0], reduced(loss, in[2].toInt()));
@@ -45,10 +39,10 @@ bool smooth_l1_loss(const std::vector<c10::IValue>& in, std::vector<at::Tensor>&
 // ATen's smooth_l1_backward: x = self - target; -norm·g for x <= -beta, norm·g for x >= beta,
 // norm·x·g / beta between.
 bool smooth_l1_loss_backward(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
-  const at::Tensor g = widened(tensor_at(in, 0));
+  const at::Tensor g = in_acc(tensor_at(in, 0));
   const at::Tensor& self = tensor_at(in, 1);
   const double beta = in[4].toDouble(), norm = gradient_norm(self, in[3].toInt());
-  const at::Tensor x = at::sub(widened(self), widened(tensor_at(in, 2)));
+  const at::Tensor x = at::sub(in_acc(self), in_acc(tensor_at(in, 2)));
   const at::Tensor outer = at::where(at::le(x, -beta), at::mul(g, -norm), at::mul(g, norm));
   if (beta == 0.0) return written(out[0], outer);
   const at::Tensor inner = at::div(at::mul(at::mul(x, g), norm), beta);
@@ -58,17 +52,17 @@ bool smooth_l1_loss_backward(const std::vector<c10::IValue>& in, std::vector<at:
 // |x - y| < delta ? 0.5 (x - y)^2 : delta (|x - y| - delta / 2)
 bool huber_loss(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
   const double delta = in[3].toDouble();
-  const at::Tensor z = at::abs(at::sub(widened(tensor_at(in, 0)), widened(tensor_at(in, 1))));
+  const at::Tensor z = at::abs(at::sub(in_acc(tensor_at(in, 0)), in_acc(tensor_at(in, 1))));
   const at::Tensor loss = at::where(at::lt(z, delta), at::mul(at::mul(z, z), 0.5), at::mul(at::sub(z, 0.5 * delta), delta));
   return written(out[0], reduced(loss, in[2].toInt()));
 }
 
 // ATen's huber_backward: -norm·delta·g for x <= -delta, norm·delta·g for x >= delta, norm·x·g between.
 bool huber_loss_backward(const std::vector<c10::IValue>& in, std::vector<at::Tensor>& out) {
-  const at::Tensor g = widened(tensor_at(in, 0));
+  const at::Tensor g = in_acc(tensor_at(in, 0));
   const at::Tensor& self = tensor_at(in, 1);
   const double delta = in[4].toDouble(), norm = gradient_norm(self, in[3].toInt());
-  const at::Tensor x = at::sub(widened(self), widened(tensor_at(in, 2)));
+  const at::Tensor x = at::sub(in_acc(self), in_acc(tensor_at(in, 2)));
   const at::Tensor outer = at::where(at::le(x, -delta), at::mul(g, -norm * delta), at::mul(g, norm * delta));
   const at::Tensor inner = at::mul(at::mul(x, g), norm);
   return written(out[0], at::where(at::logical_and(at::gt(x, -delta), at::lt(x, delta)), inner, outer));

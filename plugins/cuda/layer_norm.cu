@@ -10,6 +10,7 @@
 #include "gpu_check.hpp"
 #include "kernel_glue.hpp"
 #include "kernels.hpp"
+#include "norm_rows.cuh"
 #include "scratch_buffer.hpp"
 
 namespace fl::cuda {
@@ -90,7 +91,6 @@ __global__ void layer_norm_backward_input(const T* __restrict__ dy, const T* __r
   }
 }
 
-constexpr int kColX = 32, kColY = 8;
 
 // partial_w[chunk][j] = sum over the chunk's rows of dy * xhat; partial_b[chunk][j] = sum of dy.
 template <class T, class Acc>
@@ -127,48 +127,12 @@ __global__ void layer_norm_backward_params_partial(const T* __restrict__ dy, con
   }
 }
 
-template <class Acc>
-__global__ void sum_chunks(const Acc* __restrict__ partial, int64_t chunks, int64_t n, void* out, fl_dtype_t out_dt) {
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Acc s = 0;
-    for (int64_t c = 0; c < chunks; ++c) s += partial[c * n + j];
-    store_as(out, j, out_dt, s);
-  }
-}
-
-struct RowsCols {
-  int64_t m = 1, n = 1;
-};
-
-RowsCols rows_cols(const fl_tensor& input, const std::vector<int64_t>& normalized_shape, const char* name) {
-  const int32_t k = static_cast<int32_t>(normalized_shape.size());
-  if (k > input.ndim || k == 0)
-    plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": bad normalized_shape rank");
-  RowsCols rc;
-  for (int32_t d = 0; d < input.ndim; ++d) {
-    if (d < input.ndim - k) {
-      rc.m *= input.shape[d];
-    } else {
-      if (input.shape[d] != normalized_shape[static_cast<size_t>(d - (input.ndim - k))])
-        plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": normalized_shape does not match the input");
-      rc.n *= input.shape[d];
-    }
-  }
-  return rc;
-}
-
 const void* optional_param(const Args& a, int32_t i, fl_dtype_t* dt, const char* name) {
   if (a.is_none(i)) return nullptr;
   const fl_tensor& t = device_tensor(a, i, name);
   if (!is_floating_dtype(t.dtype)) unsupported_dtype(name, t.dtype);
   *dt = t.dtype;
   return plugin::data_ptr<const void>(t);
-}
-
-bool requested(const Args& a, int32_t out_index) {
-  return out_index < a.num_outputs() && !plugin::is_undefined(a.output(out_index)) &&
-         a.output(out_index).data != nullptr;
 }
 
 }  // namespace
@@ -187,8 +151,8 @@ FL_CUDA_KERNEL(k_native_layer_norm) {
     const double eps = a.number(4);
     const fl_tensor& out = a.output(0);
     if (out.dtype != input.dtype) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": output dtype differs");
-    void* mean = requested(a, 1) ? plugin::data_ptr<void>(a.output(1)) : nullptr;
-    void* rstd = requested(a, 2) ? plugin::data_ptr<void>(a.output(2)) : nullptr;
+    void* mean = output_requested(a, 1) ? plugin::data_ptr<void>(a.output(1)) : nullptr;
+    void* rstd = output_requested(a, 2) ? plugin::data_ptr<void>(a.output(2)) : nullptr;
     const fl_dtype_t mean_dt = mean != nullptr ? a.output(1).dtype : FL_DTYPE_FLOAT32;
     const fl_dtype_t rstd_dt = rstd != nullptr ? a.output(2).dtype : FL_DTYPE_FLOAT32;
     if ((mean != nullptr && !is_floating_dtype(mean_dt)) || (rstd != nullptr && !is_floating_dtype(rstd_dt)))
@@ -223,9 +187,9 @@ FL_CUDA_KERNEL(k_native_layer_norm_backward) {
     std::vector<bool> mask = {true, true, true};
     if (!a.is_none(7)) mask = a.bools(7);
     if (mask.size() != 3) plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output_mask must have 3 entries");
-    const bool want_dx = mask[0] && requested(a, 0);
-    const bool want_dw = mask[1] && requested(a, 1);
-    const bool want_db = mask[2] && requested(a, 2);
+    const bool want_dx = mask[0] && output_requested(a, 0);
+    const bool want_dw = mask[1] && output_requested(a, 1);
+    const bool want_db = mask[2] && output_requested(a, 2);
     if (dy.dtype != input.dtype || (want_dx && a.output(0).dtype != input.dtype))
       plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": mixed dtypes");
     if (!is_floating_dtype(mean.dtype) || !is_floating_dtype(rstd.dtype))

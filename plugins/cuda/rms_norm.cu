@@ -17,6 +17,7 @@
 #include "gpu_check.hpp"
 #include "kernel_glue.hpp"
 #include "kernels.hpp"
+#include "norm_rows.cuh"
 #include "scratch_buffer.hpp"
 
 #include <limits>
@@ -84,8 +85,6 @@ __global__ void rms_norm_backward_input(const T* __restrict__ dy, const T* __res
   }
 }
 
-constexpr int kColX = 32, kColY = 8;
-
 // partial[chunk][j] = sum over the chunk's rows of dy * x * rstd (column j).
 template <class T, class Acc>
 __global__ void rms_norm_weight_grad_partial(const T* __restrict__ dy, const T* __restrict__ x, const void* rstd_in,
@@ -106,44 +105,6 @@ __global__ void rms_norm_weight_grad_partial(const T* __restrict__ dy, const T* 
     for (int k = 1; k < kColY; ++k) acc += column[k][threadIdx.x];
     partial[chunk * n + j] = acc;
   }
-}
-
-// dw[j] = the chunks' partial sums, added in chunk order (zeros when there are no chunks).
-template <class T, class Acc>
-__global__ void rms_norm_weight_grad_sum(const Acc* __restrict__ partial, int64_t chunks, int64_t n,
-                                         T* __restrict__ dw) {
-  for (int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; j < n;
-       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    Acc s = 0;
-    for (int64_t c = 0; c < chunks; ++c) s += partial[c * n + j];
-    dw[j] = convert<T>(s);
-  }
-}
-
-struct RowsCols {
-  int64_t m = 1, n = 1;
-};
-
-RowsCols rows_cols(const fl_tensor& input, const std::vector<int64_t>& normalized_shape, const char* name) {
-  const int32_t k = static_cast<int32_t>(normalized_shape.size());
-  if (k > input.ndim || k == 0)
-    plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": bad normalized_shape rank");
-  RowsCols rc;
-  for (int32_t d = 0; d < input.ndim; ++d) {
-    if (d < input.ndim - k) {
-      rc.m *= input.shape[d];
-    } else {
-      if (input.shape[d] != normalized_shape[static_cast<size_t>(d - (input.ndim - k))])
-        plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": normalized_shape does not match the input");
-      rc.n *= input.shape[d];
-    }
-  }
-  return rc;
-}
-
-// Output i when the call wants it (passed, not ndim -1, not empty storage).
-bool wanted(const Args& a, int32_t i) {
-  return i < a.num_outputs() && !plugin::is_undefined(a.output(i)) && a.output(i).data != nullptr;
 }
 
 // Declines (before any work) a tensor the kernels cannot read as a dense row-major array.
@@ -181,7 +142,7 @@ FL_CUDA_KERNEL(k_fused_rms_norm) {
     const fl_tensor& out = a.output(0);
     if (out.dtype != input.dtype) plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": output dtype differs");
     if (plugin::numel(out) != plugin::numel(input)) plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output size");
-    void* rstd = wanted(a, 1) ? plugin::data_ptr<void>(a.output(1)) : nullptr;
+    void* rstd = output_requested(a, 1) ? plugin::data_ptr<void>(a.output(1)) : nullptr;
     const fl_dtype_t rstd_dt = rstd != nullptr ? a.output(1).dtype : FL_DTYPE_FLOAT32;
     if (rstd != nullptr && !is_floating_dtype(rstd_dt))
       plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": rstd must be floating");
@@ -223,8 +184,8 @@ FL_CUDA_KERNEL(k_fused_rms_norm_backward) {
     std::vector<bool> mask = {true, true};
     if (!a.is_none(5)) mask = a.bools(5);
     if (mask.size() != 2) plugin::raise(FL_ERR_INVALID_ARGUMENT, std::string(name) + ": output_mask must have 2 entries");
-    const bool want_dx = mask[0] && wanted(a, 0);
-    const bool want_dw = mask[1] && weight != nullptr && wanted(a, 1);
+    const bool want_dx = mask[0] && output_requested(a, 0);
+    const bool want_dw = mask[1] && weight != nullptr && output_requested(a, 1);
     if (dy.dtype != input.dtype || (want_dx && a.output(0).dtype != input.dtype) ||
         (want_dw && a.output(1).dtype != input.dtype))
       plugin::raise(FL_ERR_NOT_SUPPORTED, std::string(name) + ": mixed dtypes");
@@ -269,9 +230,9 @@ FL_CUDA_KERNEL(k_fused_rms_norm_backward) {
               dyp, xp, rp, rstd.dtype, partial.get<Acc>(), rc.m, rc.n, rows_per_chunk);
           check_launch("rms_norm_weight_grad_partial");
         }
-        rms_norm_weight_grad_sum<T, Acc><<<grid_for(rc.n, kThreads, ctx), kThreads, 0, ctx.stream>>>(
-            partial.get<Acc>(), chunks, rc.n, plugin::data_ptr<T>(a.output(1)));
-        check_launch("rms_norm_weight_grad_sum");
+        sum_chunks<Acc><<<grid_for(rc.n, kThreads, ctx), kThreads, 0, ctx.stream>>>(
+            partial.get<Acc>(), chunks, rc.n, plugin::data_ptr<void>(a.output(1)), a.output(1).dtype);
+        check_launch("sum_chunks");
       }
     });
     if (!ok) unsupported_dtype(name, input.dtype);

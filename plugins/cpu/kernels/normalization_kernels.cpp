@@ -14,26 +14,8 @@ namespace {
 
 using plugin::Args;
 
-struct LayerNormShape {
-  int64_t rows = 1, cols = 1;
-};
-
-LayerNormShape layer_norm_shape(const char* op, const TensorDesc& in, const std::vector<int64_t>& normalized) {
-  int64_t k = static_cast<int64_t>(normalized.size());
-  if (k == 0 || k > in.ndim) invalid(op, "bad normalized_shape");
-  LayerNormShape s;
-  for (int64_t i = 0; i < k; ++i) {
-    int64_t d = in.ndim - k + i;
-    if (in.shape[d] != normalized[static_cast<size_t>(i)]) invalid(op, "normalized_shape does not match input " + shape_string(in));
-    s.cols *= in.shape[d];
-  }
-  s.rows = 1;
-  for (int d = 0; d < in.ndim - k; ++d) s.rows *= in.shape[d];
-  return s;
-}
-
 template <class T>
-void layer_norm_forward(LayerNormShape s, const T* x, const T* w, const T* b, double eps, T* y,
+void layer_norm_forward(NormalizedRows s, const T* x, const T* w, const T* b, double eps, T* y,
                         char* mean_out, char* rstd_out, ConvertFn store_mean, ConvertFn store_rstd) {
   std::vector<double> means(static_cast<size_t>(s.rows)), rstds(static_cast<size_t>(s.rows));
   for (int64_t r = 0; r < s.rows; ++r) {
@@ -76,18 +58,18 @@ void native_layer_norm(const fl_kernel_call* call) {
   std::optional<TensorDesc> mean, rstd;
   if (!plugin::is_undefined(args.output(1))) mean = describe(args.output(1), op);
   if (!plugin::is_undefined(args.output(2))) rstd = describe(args.output(2), op);
-  LayerNormShape s = layer_norm_shape(op, in, normalized);
+  NormalizedRows s = normalized_rows(op, in, normalized);
   if (out.dtype != in.dtype || (w && w->dtype != in.dtype) || (b && b->dtype != in.dtype))
     unsupported(op, "mixed dtypes");
   if ((w && w->numel() != s.cols) || (b && b->numel() != s.cols)) invalid(op, "weight/bias size");
   if ((mean && mean->numel() != s.rows) || (rstd && rstd->numel() != s.rows)) invalid(op, "mean/rstd size");
   ConvertFn store_mean = mean ? converter(FL_DTYPE_FLOAT64, mean->dtype) : nullptr;
   ConvertFn store_rstd = rstd ? converter(FL_DTYPE_FLOAT64, rstd->dtype) : nullptr;
-  using Fn = void (*)(LayerNormShape, const char*, const char*, const char*, double, char*, char*, char*,
+  using Fn = void (*)(NormalizedRows, const char*, const char*, const char*, double, char*, char*, char*,
                       ConvertFn, ConvertFn);
   Fn fn = dispatch<kFloatingMask>(in.dtype, op, [](auto tag) -> Fn {
     using T = typename decltype(tag)::type;
-    return [](LayerNormShape sh, const char* x, const char* wp, const char* bp, double e, char* y, char* m,
+    return [](NormalizedRows sh, const char* x, const char* wp, const char* bp, double e, char* y, char* m,
               char* r, ConvertFn sm, ConvertFn sr) {
       layer_norm_forward<T>(sh, reinterpret_cast<const T*>(x), reinterpret_cast<const T*>(wp),
                             reinterpret_cast<const T*>(bp), e, reinterpret_cast<T*>(y), m, r, sm, sr);
@@ -104,7 +86,7 @@ void native_layer_norm(const fl_kernel_call* call) {
 }
 
 template <class T>
-void layer_norm_backward(LayerNormShape s, const T* dy, const T* x, const double* mean, const double* rstd,
+void layer_norm_backward(NormalizedRows s, const T* dy, const T* x, const double* mean, const double* rstd,
                          const T* w, T* dx, T* dw, T* db) {
   std::vector<double> gw(static_cast<size_t>(s.cols), 0.0), gb(static_cast<size_t>(s.cols), 0.0);
   const double inv_n = 1.0 / static_cast<double>(s.cols);
@@ -155,7 +137,7 @@ void native_layer_norm_backward(const fl_kernel_call* call) {
   if (mask[0] && !plugin::is_undefined(args.output(0))) dx = describe(args.output(0), op);
   if (mask[1] && args.num_outputs() > 1 && !plugin::is_undefined(args.output(1))) dw = describe(args.output(1), op);
   if (mask[2] && args.num_outputs() > 2 && !plugin::is_undefined(args.output(2))) db = describe(args.output(2), op);
-  LayerNormShape s = layer_norm_shape(op, in, normalized);
+  NormalizedRows s = normalized_rows(op, in, normalized);
   for (const std::optional<TensorDesc>* t : {&w, &dx, &dw, &db})
     if (*t && (*t)->dtype != in.dtype) unsupported(op, "mixed dtypes");
   if (dy.dtype != in.dtype) unsupported(op, "mixed dtypes");
@@ -164,11 +146,11 @@ void native_layer_norm_backward(const fl_kernel_call* call) {
     invalid(op, "weight size");
   ConvertFn load_mean = converter(mean.dtype, FL_DTYPE_FLOAT64);
   ConvertFn load_rstd = converter(rstd.dtype, FL_DTYPE_FLOAT64);
-  using Fn = void (*)(LayerNormShape, const char*, const char*, const double*, const double*, const char*,
+  using Fn = void (*)(NormalizedRows, const char*, const char*, const double*, const double*, const char*,
                       char*, char*, char*);
   Fn fn = dispatch<kFloatingMask>(in.dtype, op, [](auto tag) -> Fn {
     using T = typename decltype(tag)::type;
-    return [](LayerNormShape sh, const char* g, const char* x, const double* m, const double* r, const char* wp,
+    return [](NormalizedRows sh, const char* g, const char* x, const double* m, const double* r, const char* wp,
               char* gx, char* gw, char* gb) {
       layer_norm_backward<T>(sh, reinterpret_cast<const T*>(g), reinterpret_cast<const T*>(x), m, r,
                              reinterpret_cast<const T*>(wp), reinterpret_cast<T*>(gx), reinterpret_cast<T*>(gw),

@@ -26,26 +26,8 @@ namespace {
 
 using plugin::Args;
 
-struct RowShape {
-  int64_t rows = 1, cols = 1;
-};
-
-RowShape row_shape(const char* op, const TensorDesc& in, const std::vector<int64_t>& normalized) {
-  const int64_t k = static_cast<int64_t>(normalized.size());
-  if (k == 0 || k > in.ndim) invalid(op, "bad normalized_shape");
-  RowShape s;
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t d = in.ndim - k + i;
-    if (in.shape[d] != normalized[static_cast<size_t>(i)])
-      invalid(op, "normalized_shape does not match input " + shape_string(in));
-    s.cols *= in.shape[d];
-  }
-  for (int64_t d = 0; d < in.ndim - k; ++d) s.rows *= in.shape[d];
-  return s;
-}
-
 // Rows worth a thread of their own.
-int64_t row_grain(RowShape s) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, s.cols)); }
+int64_t row_grain(NormalizedRows s) { return std::max<int64_t>(1, kParallelGrain / std::max<int64_t>(1, s.cols)); }
 
 void require_contiguous(const char* op, const TensorDesc& t, const char* what) {
   if (!t.contiguous()) unsupported(op, std::string("non-contiguous ") + what);
@@ -62,7 +44,7 @@ std::optional<TensorDesc> optional_output(const Args& args, int32_t i, const cha
 }
 
 template <class T>
-void rms_norm_forward(RowShape s, const T* x, const T* w, double eps, T* y, double* rstd) {
+void rms_norm_forward(NormalizedRows s, const T* x, const T* w, double eps, T* y, double* rstd) {
   parallel_for(s.rows, row_grain(s), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const T* xr = x + r * s.cols;
@@ -88,7 +70,7 @@ void fused_rms_norm(const fl_kernel_call* call) {
   const char* op = "aten::_fused_rms_norm";
   Args args(call);
   const TensorDesc in = describe(args.tensor(0), op);
-  const RowShape s = row_shape(op, in, args.ints(1));
+  const NormalizedRows s = normalized_rows(op, in, args.ints(1));
   const std::optional<TensorDesc> w = optional_input(args, 2, op);
   const double eps = !args.is_none(3) ? args.number(3)
                      : in.dtype == FL_DTYPE_FLOAT64 ? std::numeric_limits<double>::epsilon()
@@ -105,10 +87,10 @@ void fused_rms_norm(const fl_kernel_call* call) {
   if (w) require_contiguous(op, *w, "weight");
   if (rstd) require_contiguous(op, *rstd, "rstd");
   ConvertFn store_rstd = rstd ? converter(FL_DTYPE_FLOAT64, rstd->dtype) : nullptr;
-  using Fn = void (*)(RowShape, const char*, const char*, double, char*, double*);
+  using Fn = void (*)(NormalizedRows, const char*, const char*, double, char*, double*);
   Fn fn = dispatch<kFloatingMask>(in.dtype, op, [](auto tag) -> Fn {
     using T = typename decltype(tag)::type;
-    return [](RowShape sh, const char* x, const char* wp, double e, char* y, double* r) {
+    return [](NormalizedRows sh, const char* x, const char* wp, double e, char* y, double* r) {
       rms_norm_forward<T>(sh, reinterpret_cast<const T*>(x), reinterpret_cast<const T*>(wp), e,
                           reinterpret_cast<T*>(y), r);
     };
@@ -126,7 +108,7 @@ void fused_rms_norm(const fl_kernel_call* call) {
 }
 
 template <class T>
-void rms_norm_backward(RowShape s, const T* dy, const T* x, const double* rstd, const T* w, T* dx, T* dw) {
+void rms_norm_backward(NormalizedRows s, const T* dy, const T* x, const double* rstd, const T* w, T* dx, T* dw) {
   const double inv_n = 1.0 / static_cast<double>(s.cols);
   if (dx != nullptr)
     parallel_for(s.rows, row_grain(s), [&](int64_t begin, int64_t end) {
@@ -165,7 +147,7 @@ void fused_rms_norm_backward(const fl_kernel_call* call) {
   Args args(call);
   const TensorDesc dy = describe(args.tensor(0), op);
   const TensorDesc in = describe(args.tensor(1), op);
-  const RowShape s = row_shape(op, in, args.ints(2));
+  const NormalizedRows s = normalized_rows(op, in, args.ints(2));
   const TensorDesc rstd = describe(args.tensor(3), op);
   const std::optional<TensorDesc> w = optional_input(args, 4, op);
   const std::vector<bool> mask = args.is_none(5) ? std::vector<bool>{true, true} : args.bools(5);
@@ -187,10 +169,10 @@ void fused_rms_norm_backward(const fl_kernel_call* call) {
   if (dw) require_contiguous(op, *dw, "grad_weight");
   ConvertFn load_rstd = converter(rstd.dtype, FL_DTYPE_FLOAT64);
   ConvertFn zero_fill = converter(FL_DTYPE_FLOAT64, in.dtype);
-  using Fn = void (*)(RowShape, const char*, const char*, const double*, const char*, char*, char*);
+  using Fn = void (*)(NormalizedRows, const char*, const char*, const double*, const char*, char*, char*);
   Fn fn = dispatch<kFloatingMask>(in.dtype, op, [](auto tag) -> Fn {
     using T = typename decltype(tag)::type;
-    return [](RowShape sh, const char* g, const char* x, const double* r, const char* wp, char* gx, char* gw) {
+    return [](NormalizedRows sh, const char* g, const char* x, const double* r, const char* wp, char* gx, char* gw) {
       rms_norm_backward<T>(sh, reinterpret_cast<const T*>(g), reinterpret_cast<const T*>(x), r,
                            reinterpret_cast<const T*>(wp), reinterpret_cast<T*>(gx), reinterpret_cast<T*>(gw));
     };

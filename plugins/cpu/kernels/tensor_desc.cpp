@@ -68,6 +68,20 @@ std::string shape_string(const TensorDesc& t) {
   return s + "]";
 }
 
+NormalizedRows normalized_rows(const char* op, const TensorDesc& in, const std::vector<int64_t>& normalized) {
+  const int64_t k = static_cast<int64_t>(normalized.size());
+  if (k == 0 || k > in.ndim) invalid(op, "bad normalized_shape");
+  NormalizedRows s;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t d = in.ndim - k + i;
+    if (in.shape[d] != normalized[static_cast<size_t>(i)])
+      invalid(op, "normalized_shape does not match input " + shape_string(in));
+    s.cols *= in.shape[d];
+  }
+  for (int64_t d = 0; d < in.ndim - k; ++d) s.rows *= in.shape[d];
+  return s;
+}
+
 std::pair<const char*, const char*> byte_span(const TensorDesc& t) {
   if (t.numel() == 0 || t.data == nullptr) return {t.data, t.data};
   int64_t last = 0;

@@ -62,6 +62,13 @@ void contiguous_strides(const int64_t* shape, int ndim, int64_t* strides);
 
 std::string shape_string(const TensorDesc& t);
 
+// `in` seen as rows of the trailing `normalized` dims (layer norm, RMS norm): raises
+// FL_ERR_INVALID_ARGUMENT when those dims are not the input's last ones.
+struct NormalizedRows {
+  int64_t rows = 1, cols = 1;
+};
+NormalizedRows normalized_rows(const char* op, const TensorDesc& in, const std::vector<int64_t>& normalized);
+
 // The bytes a tensor's elements span, [first, last) (ATen's strides are not negative); first ==
 // last for an empty tensor.
 std::pair<const char*, const char*> byte_span(const TensorDesc& t);

@@ -91,6 +91,15 @@ def run_python(code: str, env: dict | None = None, timeout: float = 120) -> subp
                           text=True, timeout=timeout)
 
 
+def layouts(t):
+    """(name, tensor) pairs with t's values: t itself, a transposed view and a strided slice, so
+    that a kernel is checked on the layouts training code hands it."""
+    yield "contiguous", t
+    if t.dim() >= 2:
+        yield "transposed", t.transpose(0, -1).contiguous().transpose(0, -1)
+        yield "sliced", torch.stack([t, t], -1)[..., 1]
+
+
 def op_calls(stats: dict, base: str) -> dict:
     """Calls per tier of every overload of `base` ("aten::add" sums add.Tensor, add_.Tensor and
     add.out: structured ops reach the router as their out= overload)."""

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import torch_fl
-from conftest import op_calls
+from conftest import layouts, op_calls
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.uint8,
           torch.bool]
@@ -26,13 +26,6 @@ def _values(shape, dtype, seed=0):
     return torch.randint(0 if dtype == torch.uint8 else -50, 50, shape, generator=g).to(dtype)
 
 
-def _layouts(t):
-    yield t
-    if t.dim() >= 2:
-        yield t.transpose(0, -1).contiguous().transpose(0, -1)
-        yield torch.stack([t, t], -1)[..., 1]
-
-
 def _same(got, want):
     got = got.cpu()
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
@@ -45,7 +38,7 @@ def test_flip_matches_cpu_for_every_dims_and_layout(dtype):
     torch_fl.reset_fallback_stats()
     cases = 0
     for dims in ([0], [2], [-1], [0, 2], [2, 0, 1], [-3, -2], []):
-        for xv in _layouts(x):
+        for _, xv in layouts(x):
             _same(torch.flip(xv.to("fl:0"), dims), torch.flip(xv, dims))
             cases += 1
     assert _calls("aten::flip") == {"native": cases, "generic": 0, "cpu_fallback": 0}
@@ -83,7 +76,7 @@ def test_cumsum_matches_cpu_for_every_dim_and_layout(dtype):
     torch_fl.reset_fallback_stats()
     cases = 0
     for dim in (0, 1, 2, -1):
-        for xv in _layouts(x):
+        for _, xv in layouts(x):
             _same(torch.cumsum(xv.to("fl:0"), dim), torch.cumsum(xv, dim))
             cases += 1
     assert _calls("aten::cumsum") == {"native": cases, "generic": 0, "cpu_fallback": 0}

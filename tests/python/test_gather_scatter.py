@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_fl
-from conftest import op_calls
+from conftest import layouts, op_calls
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.bool]
 
@@ -30,14 +30,6 @@ def _values(shape, dtype, seed=0):
 def _index(shape, bound, seed=1):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(0, bound, shape, generator=g)
-
-
-def _layouts(t):
-    """t itself, a transposed view and a strided slice, all with t's values."""
-    yield "contiguous", t
-    if t.dim() >= 2:
-        yield "transposed", t.transpose(0, -1).contiguous().transpose(0, -1)
-        yield "sliced", torch.stack([t, t], -1)[..., 1]
 
 
 def _run(fn, *args):
@@ -66,8 +58,8 @@ def test_gather_matches_cpu_for_every_dim_and_layout(dtype):
         shape[dim] = 7  # index may be longer than self along dim, and shorter elsewhere
         shape[(dim + 1) % 3] -= 1
         index = _index(shape, size)
-        for (xl, xv) in _layouts(x):
-            for (il, iv) in _layouts(index):
+        for (xl, xv) in layouts(x):
+            for (il, iv) in layouts(index):
                 got, want = _run(lambda a, i: torch.gather(a, dim, i), xv, iv)
                 _same(got, want)
                 cases += 1
@@ -128,8 +120,8 @@ def test_scatter_src_value_and_add_match_cpu(dtype):
         index = _index(shape, x.shape[dim], seed=dim + 5)
         src = _values([s + 1 for s in shape], dtype, seed=3)  # src may be larger than index
         value = True if dtype == torch.bool else (7 if not dtype.is_floating_point else -1.5)
-        for (xl, xv) in _layouts(x):
-            for (il, iv) in _layouts(index):
+        for (xl, xv) in layouts(x):
+            for (il, iv) in layouts(index):
                 _same(*_run(lambda a, i, s: torch.scatter(a, dim, i, s), xv, iv, src))
                 _same(*_run(lambda a, i: torch.scatter(a, dim, i, value), xv, iv))
                 _same(*_run(lambda a, i, s: torch.scatter_add(a, dim, i, s), xv, iv, src))

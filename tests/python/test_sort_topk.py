@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import torch_fl
-from conftest import op_calls
+from conftest import layouts, op_calls
 
 SORT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
                torch.int8, torch.uint8, torch.bool]
@@ -44,13 +44,6 @@ def _distinct(shape, dtype, seed=0):
     return v.to(dtype) if dtype in (torch.uint8, torch.int8) else (v - n // 2).to(dtype)
 
 
-def _layouts(t):
-    yield t
-    if t.dim() >= 2:
-        yield t.transpose(0, -1).contiguous().transpose(0, -1)
-        yield torch.stack([t, t], -1)[..., 1]
-
-
 def _same(got, want):
     got = got.cpu()
     assert got.dtype == want.dtype and got.shape == want.shape, (got.dtype, want.dtype, got.shape, want.shape)
@@ -68,7 +61,7 @@ def test_stable_sort_matches_cpu_for_every_dim_direction_and_layout(dtype):
     cases = 0
     for dim in (0, 1, -1):
         for descending in (False, True):
-            for xv in _layouts(x):
+            for _, xv in layouts(x):
                 got = torch.sort(xv.to("fl:0"), dim=dim, descending=descending, stable=True)
                 want = torch.sort(xv, dim=dim, descending=descending, stable=True)
                 _same(got.values, want.values)
@@ -140,7 +133,7 @@ def test_topk_matches_cpu_on_distinct_values(dtype):
         size = x.shape[dim]
         for k in (0, 1, 3, size):
             for largest in (True, False):
-                for xv in _layouts(x):
+                for _, xv in layouts(x):
                     got = torch.topk(xv.to("fl:0"), k, dim=dim, largest=largest)
                     want = torch.topk(xv, k, dim=dim, largest=largest)
                     _same(got.values, want.values)

@@ -3,6 +3,7 @@
 
 #include "case_runner.h"
 #include "error.h"
+#include "kernel_checks.h"
 #include "naive_reference.h"
 
 #include <functional>
@@ -81,12 +82,6 @@ std::vector<IndexErrorCase> index_error_cases() {
   return cases;
 }
 
-const fl_kernel_entry* find_listed(const PluginLibrary& plugin, const std::string& op) {
-  for (const fl_kernel_entry& e : plugin.kernels())
-    if (op == e.op) return &e;
-  return nullptr;
-}
-
 Status check_index_error(const PluginLibrary& plugin, const fl_kernel_entry& entry, const IndexErrorCase& c,
                          std::string& message) {
   if ((entry.dtype_mask & FL_DTYPE_BIT(FL_DTYPE_FLOAT32)) == 0) {
@@ -137,7 +132,7 @@ Status check_index_error(const PluginLibrary& plugin, const fl_kernel_entry& ent
 
 void run_index_error_checks(const PluginLibrary& plugin, Report& report) {
   for (const IndexErrorCase& c : index_error_cases()) {
-    const fl_kernel_entry* entry = find_listed(plugin, c.op);
+    const fl_kernel_entry* entry = find_entry(plugin, c.op);
     if (entry == nullptr) continue;
     report.run("index out of range " + c.op,
                [&](std::string& message) { return check_index_error(plugin, *entry, c, message); });

@@ -12,12 +12,6 @@ namespace {
 constexpr fl_dtype_t kCheckedDtypes[] = {FL_DTYPE_FLOAT32, FL_DTYPE_FLOAT64, FL_DTYPE_BFLOAT16, FL_DTYPE_FLOAT16,
                                          FL_DTYPE_INT64};
 
-const fl_kernel_entry* find_entry(const PluginLibrary& plugin, const std::string& op) {
-  for (const fl_kernel_entry& e : plugin.kernels())
-    if (op == e.op) return &e;
-  return nullptr;
-}
-
 Status check_kernel(const PluginLibrary& plugin, const fl_kernel_entry& entry, const PluginLibrary* reference,
                     std::string& message) {
   const std::string op = entry.op;
@@ -173,6 +167,12 @@ void run_kernel_checks(const PluginLibrary& plugin, const PluginLibrary* referen
       return seeded ? check_seeded_dropout(plugin, entry, message) : check_kernel(plugin, entry, reference, message);
     });
   }
+}
+
+const fl_kernel_entry* find_entry(const PluginLibrary& plugin, const std::string& op) {
+  for (const fl_kernel_entry& e : plugin.kernels())
+    if (op == e.op) return &e;
+  return nullptr;
 }
 
 }  // namespace fl::check

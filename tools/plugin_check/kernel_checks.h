@@ -7,10 +7,14 @@
 #include "report.h"
 
 #include <memory>
+#include <string>
 
 namespace fl::check {
 
 // `reference` may be null (none found) or the same plugin name as `plugin`.
 void run_kernel_checks(const PluginLibrary& plugin, const PluginLibrary* reference, Report& report);
+
+// The plugin's entry for `op` (an overload name as in the table), nullptr when it has none.
+const fl_kernel_entry* find_entry(const PluginLibrary& plugin, const std::string& op);
 
 }  // namespace fl::check
